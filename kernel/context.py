@@ -1,0 +1,89 @@
+"""``ToolContext``: everything a tool body may touch, handed in by the kernel (CONVENTIONS §6, §11).
+
+A tool never reaches for globals: the workspace, artifact store, clock, ids, runtimes (``services``:
+sandbox, HTTP transport, LLM client, retrieval index, shared state store), per-session tool state,
+the deadline and cancellation all arrive here. Nested calls go back through the kernel with
+``await ctx.invoke(name, args)``; the kernel — not the tool — decides the child's origin.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kernel.capabilities import ToolCapabilities
+from kernel.clock import Clock
+from kernel.origin import ControlPlane, Origin, is_governed
+
+if TYPE_CHECKING:
+    from kernel.artifacts import ArtifactStore
+    from kernel.result import ToolResult
+    from kernel.workspace import Workspace
+
+
+class NestedInvoker:
+    """The scoped invoker a tool uses for nested calls (bound to one parent call by the kernel)."""
+
+    def __init__(
+        self,
+        invoke: Callable[[str, dict[str, Any]], Awaitable[ToolResult]],
+        names: Callable[[], list[str]],
+        capabilities: Callable[[str, dict[str, Any]], ToolCapabilities | None],
+    ) -> None:
+        self._invoke = invoke
+        self._names = names
+        self._capabilities = capabilities
+
+    async def invoke(self, name: str, args: dict[str, Any]) -> ToolResult:
+        return await self._invoke(name, args)
+
+    def available_tools(self) -> list[str]:
+        return self._names()
+
+    def capabilities_of(self, name: str, args: dict[str, Any]) -> ToolCapabilities | None:
+        """Declared capabilities for a prospective call, or None when unknown/invalid."""
+        return self._capabilities(name, args)
+
+
+@dataclass(eq=False)
+class ToolContext:
+    session_id: str
+    call_id: str
+    tool_name: str
+    origin: Origin
+    control_plane: ControlPlane | None
+    workspace: Workspace
+    artifacts: ArtifactStore
+    clock: Clock
+    new_id: Callable[[str], str]
+    deadline: float
+    invoker: NestedInvoker
+    emit_delta: Callable[[Any], None]
+    session_state: dict[str, Any]
+    services: dict[str, Any]
+    settings: Any = None
+    parent_call_id: str | None = None
+    depth: int = 0
+    # Set when the call is cancelled or times out; thread-offloaded work polls it.
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def governed(self) -> bool:
+        """True when model-side policy applies (agent, governed_nested, governed host-direct)."""
+        return is_governed(self.origin, self.control_plane)
+
+    def remaining_s(self) -> float:
+        return max(0.0, self.deadline - self.clock.monotonic())
+
+    async def invoke(self, name: str, args: dict[str, Any]) -> ToolResult:
+        """A nested call through the kernel (``InvocationRuntime.invoke_tool``)."""
+        return await self.invoker.invoke(name, args)
+
+    def service(self, key: str) -> Any:
+        """A runtime the session was built with; KeyError names what is missing."""
+        try:
+            return self.services[key]
+        except KeyError:
+            raise KeyError(f"service {key!r} is not configured for this session") from None

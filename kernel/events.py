@@ -1,0 +1,99 @@
+"""Session events (SPEC S-5): tool activity as data, so a UI never parses terminal text.
+
+Types: ``tool_start``, ``tool_output_delta``, ``tool_error``, ``tool_end``, ``permission_denied``,
+``budget_threshold``, ``confirmation_request``. Each carries the call id, parent call id, tool,
+origin label and a timestamp; per call they are emitted in order. ``EventSink`` is the only way out:
+in memory here, a Redis Stream in the fleet (``workers/``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+EVENT_TYPES = (
+    "tool_start",
+    "tool_output_delta",
+    "tool_error",
+    "tool_end",
+    "permission_denied",
+    "budget_threshold",
+    "confirmation_request",
+)
+
+
+@dataclass(slots=True)
+class Event:
+    type: str
+    call_id: str
+    tool: str
+    origin: str
+    ts_ms: int
+    parent_call_id: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    seq: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "seq": self.seq,
+            "call_id": self.call_id,
+            "parent_call_id": self.parent_call_id,
+            "tool": self.tool,
+            "origin": self.origin,
+            "ts_ms": self.ts_ms,
+            "data": self.data,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Event:
+        return cls(
+            type=d["type"],
+            call_id=d["call_id"],
+            tool=d["tool"],
+            origin=d["origin"],
+            ts_ms=int(d["ts_ms"]),
+            parent_call_id=d.get("parent_call_id"),
+            data=dict(d.get("data") or {}),
+            seq=int(d.get("seq", 0)),
+        )
+
+
+class EventSink(Protocol):
+    def emit(self, event: Event) -> None: ...
+
+
+class MemoryEventSink:
+    """Keeps the last ``capacity`` events; thread-safe; ``seq`` numbers are session-ordered."""
+
+    def __init__(self, capacity: int = 10_000) -> None:
+        self._events: deque[Event] = deque(maxlen=capacity)
+        self._lock = threading.Lock()
+        self._seq = 0
+
+    def emit(self, event: Event) -> None:
+        with self._lock:
+            self._seq += 1
+            event.seq = self._seq
+            self._events.append(event)
+
+    def snapshot(self, after_seq: int = 0) -> list[Event]:
+        with self._lock:
+            return [e for e in self._events if e.seq > after_seq]
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self.snapshot())
+
+
+class FanoutSink:
+    """Emit to several sinks (memory for ``session.events()`` + a stream for other processes)."""
+
+    def __init__(self, *sinks: EventSink) -> None:
+        self.sinks = list(sinks)
+
+    def emit(self, event: Event) -> None:
+        for sink in self.sinks:
+            sink.emit(event)

@@ -1,0 +1,158 @@
+"""``ToolSpec``: one tool's declaration — name, schema, capabilities, gating and body (SPEC S-1, K-4, K-5).
+
+Built-in tools declare a pydantic ``Params`` model (``extra="forbid"``); its Draft 2020-12 JSON
+Schema is generated once and cached, and validation runs the model in strict mode, which accepts
+exactly what the generated schema accepts. Host tools registered with a raw JSON Schema are
+validated by a cached ``jsonschema`` validator. Either way a failure is ``invalid_argument`` whose
+message names the failing JSON path (``/files/0/limit: …`` or ``$: …``), at most 8 errors.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import jsonschema
+from pydantic import BaseModel, ValidationError
+
+from kernel.capabilities import ToolCapabilities
+from kernel.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from kernel.context import ToolContext
+    from kernel.result import ToolResult
+
+MAX_VALIDATION_ERRORS = 8
+MAX_VALIDATION_MESSAGE_BYTES = 4096
+MAX_SCHEMA_BYTES = 256 * 1024
+TOOL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$")
+
+RunFn = Callable[["ToolContext", Any], Awaitable["ToolResult | str"]]
+CapabilitiesFn = Callable[[Any], ToolCapabilities]
+
+
+def _conservative(_params: Any) -> ToolCapabilities:
+    return ToolCapabilities.conservative()
+
+
+def _never(_params: Any) -> bool:
+    return False
+
+
+def _no_subject(_params: Any) -> str | None:
+    return None
+
+
+@dataclass(frozen=True, eq=False)
+class ToolSpec:
+    """A tool. ``params`` (pydantic) or ``parameters`` (raw JSON Schema) describes its arguments.
+
+    ``subject`` gives the string a permission rule specifier is matched against (the command for
+    ``bash``, the path for file tools, the host for web tools, the mode for ``search``).
+    ``orchestrator`` tools (``batch``, ``program``, workflows) make nested calls; only when they are
+    also ``builtin`` can their children inherit host-direct trust.
+    """
+
+    name: str
+    description: str
+    run: RunFn
+    params: type[BaseModel] | None = None
+    parameters: dict[str, Any] | None = None
+    capabilities: CapabilitiesFn = _conservative
+    requires: frozenset[str] = frozenset()
+    visible: bool = True
+    orchestrator: bool = False
+    timeout_ms: int | None = None
+    requires_confirmation: Callable[[Any], bool] = _never
+    subject: Callable[[Any], str | None] = _no_subject
+    path_fields: tuple[str, ...] = ()
+    trust: str = "workspace_data"
+    examples: tuple[dict[str, Any], ...] = ()
+    builtin: bool = field(default=False)
+
+    def __post_init__(self) -> None:
+        if not TOOL_NAME_RE.match(self.name):
+            raise ValueError(f"invalid tool name {self.name!r}")
+        if (self.params is None) == (self.parameters is None):
+            raise ValueError(f"tool {self.name!r} needs exactly one of params= or parameters=")
+        if self.params is not None and self.params.model_config.get("extra") != "forbid":
+            raise ValueError(f"tool {self.name!r}: Params must set extra='forbid'")
+        # Build (and so check) the schema now: an invalid schema fails at registration.
+        _ = self.json_schema
+        _ = self._validator
+
+    @cached_property
+    def json_schema(self) -> dict[str, Any]:
+        if self.params is not None:
+            schema = self.params.model_json_schema()
+            schema.setdefault("additionalProperties", False)
+            schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+        else:
+            assert self.parameters is not None
+            schema = dict(self.parameters)
+            schema.setdefault("type", "object")
+        if self.examples:
+            schema["examples"] = list(self.examples)
+        return schema
+
+    @cached_property
+    def _validator(self) -> jsonschema.protocols.Validator | None:
+        if self.params is not None:
+            return None
+        import json
+
+        if len(json.dumps(self.json_schema)) > MAX_SCHEMA_BYTES:
+            raise ValueError(f"tool {self.name!r}: schema is larger than {MAX_SCHEMA_BYTES} bytes")
+        jsonschema.Draft202012Validator.check_schema(self.json_schema)
+        return jsonschema.Draft202012Validator(self.json_schema)
+
+    def definition(self) -> dict[str, Any]:
+        """What the model sees: name, description, JSON Schema."""
+        return {"name": self.name, "description": self.description, "parameters": self.json_schema}
+
+    def validate(self, args: Any) -> Any:
+        """Validated parameters (a model instance, or the dict for raw-schema tools)."""
+        if not isinstance(args, dict):
+            raise InvalidArgument(f"$: arguments must be a JSON object, got {type(args).__name__}")
+        if self.params is not None:
+            try:
+                return self.params.model_validate(args, strict=True)
+            except ValidationError as exc:
+                raise _pydantic_error(self.name, exc) from None
+        validator = self._validator
+        assert validator is not None
+        errors = sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path))
+        if errors:
+            lines = [f"{_pointer(list(e.absolute_path))}: {e.message}" for e in errors[:MAX_VALIDATION_ERRORS]]
+            raise _invalid(self.name, lines)
+        return args
+
+
+def _pointer(path: list[Any]) -> str:
+    if not path:
+        return "$"
+    return "/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in path)
+
+
+def _pydantic_error(tool: str, exc: ValidationError) -> InvalidArgument:
+    lines = []
+    for err in exc.errors(include_url=False)[:MAX_VALIDATION_ERRORS]:
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "additional property is not allowed"
+        elif err["type"] == "missing":
+            msg = "required property is missing"
+        lines.append(f"{_pointer(loc)}: {msg}")
+    return _invalid(tool, lines)
+
+
+def _invalid(tool: str, lines: list[str]) -> InvalidArgument:
+    text = f"Invalid arguments for tool '{tool}': " + "; ".join(lines)
+    encoded = text.encode("utf-8")
+    if len(encoded) > MAX_VALIDATION_MESSAGE_BYTES:
+        text = encoded[:MAX_VALIDATION_MESSAGE_BYTES].decode("utf-8", "ignore") + "…"
+    return InvalidArgument(text, errors=[line.split(": ", 1)[0] for line in lines])
