@@ -31,10 +31,12 @@ class NestedInvoker:
         invoke: Callable[[str, dict[str, Any]], Awaitable[ToolResult]],
         names: Callable[[], list[str]],
         capabilities: Callable[[str, dict[str, Any]], ToolCapabilities | None],
+        narrow: Callable[[list[str]], NestedInvoker] | None = None,
     ) -> None:
         self._invoke = invoke
         self._names = names
         self._capabilities = capabilities
+        self._narrow = narrow
 
     async def invoke(self, name: str, args: dict[str, Any]) -> ToolResult:
         return await self._invoke(name, args)
@@ -45,6 +47,12 @@ class NestedInvoker:
     def capabilities_of(self, name: str, args: dict[str, Any]) -> ToolCapabilities | None:
         """Declared capabilities for a prospective call, or None when unknown/invalid."""
         return self._capabilities(name, args)
+
+    def narrowed(self, allowed: list[str]) -> NestedInvoker:
+        """An invoker whose scope is this one intersected with ``allowed`` (program allow-lists)."""
+        if self._narrow is None:
+            raise RuntimeError("this invoker cannot be narrowed")
+        return self._narrow(allowed)
 
 
 @dataclass(eq=False)

@@ -37,7 +37,7 @@ class ToolError(Exception):
     kind: ClassVar[str] = "tool_error"
     fields: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, message: str, **data: Any) -> None:
+    def __init__(self, message: str, /, **data: Any) -> None:
         super().__init__(message)
         self.message = message
         self.data: dict[str, Any] = {name: data.get(name) for name in self.fields}
@@ -56,7 +56,7 @@ class InvalidArgument(ToolError):
     kind = "invalid_argument"
     fields = ("message",)
 
-    def __init__(self, message: str, **data: Any) -> None:
+    def __init__(self, message: str, /, **data: Any) -> None:
         data.setdefault("message", message)
         super().__init__(message, **data)
 
@@ -70,7 +70,7 @@ class Unsupported(ToolError):
     kind = "unsupported"
     fields = ("message",)
 
-    def __init__(self, message: str, **data: Any) -> None:
+    def __init__(self, message: str, /, **data: Any) -> None:
         data.setdefault("message", message)
         super().__init__(message, **data)
 

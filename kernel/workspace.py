@@ -88,11 +88,15 @@ def normalize_relative(path: str) -> str:
         raise InvalidArgument("path must be a string")
     if "\x00" in path:
         raise PathOutsideWorkspace("path contains a NUL byte", path=path.replace("\x00", "\\0"))
-    if len(path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
-        raise InvalidArgument(f"path is longer than {MAX_PATH_BYTES} bytes")
     if path.startswith("/") or path.startswith("\\") or (len(path) > 1 and path[1] == ":"):
         raise PathOutsideWorkspace(f"absolute paths are not allowed: {path}", path=path)
-    if unicodedata.normalize("NFKC", path) != path and _escapes(unicodedata.normalize("NFKC", path)):
+    if len(path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        # An over-long path that would also escape is reported as the escape it is.
+        if _escapes(path):
+            raise PathOutsideWorkspace("path escapes the workspace (and is over-long)", path=path[:256])
+        raise InvalidArgument(f"path is longer than {MAX_PATH_BYTES} bytes")
+    folded = unicodedata.normalize("NFKC", path).translate(_LOOKALIKES)
+    if folded != path and _escapes(folded):
         raise PathOutsideWorkspace(f"path uses look-alike characters that read as an escape: {path}", path=path)
     parts: list[str] = []
     for part in path.split("/"):
@@ -107,6 +111,26 @@ def normalize_relative(path: str) -> str:
     if parts and parts[0] == INTERNAL_DIR:
         raise PathOutsideWorkspace(f"{INTERNAL_DIR}/ is internal to a3s-fleet: {path}", path=path)
     return "/".join(parts)
+
+
+# Characters that NFKC leaves alone but that read as a path separator or a dot (fraction slash,
+# division slash, big solidus, set minus, reverse solidus, ideographic full stop, …). A path that
+# reads as an escape once they are folded is refused; elsewhere they are ordinary name characters.
+_LOOKALIKES = str.maketrans(
+    {
+        "\\": "/",
+        "\u2044": "/",  # FRACTION SLASH
+        "\u2215": "/",  # DIVISION SLASH
+        "\u29f8": "/",  # BIG SOLIDUS
+        "\u2216": "/",  # SET MINUS (a backslash look-alike)
+        "\u29f5": "/",  # REVERSE SOLIDUS OPERATOR
+        "\u29f9": "/",  # BIG REVERSE SOLIDUS
+        "\u3002": ".",  # IDEOGRAPHIC FULL STOP
+        "\uff61": ".",  # HALFWIDTH IDEOGRAPHIC FULL STOP
+        "\u00b7": ".",  # MIDDLE DOT
+        "\u2219": ".",  # BULLET OPERATOR
+    }
+)
 
 
 def _escapes(path: str) -> bool:

@@ -1,0 +1,22 @@
+"""The built-in tools, as one explicit list (CONVENTIONS §3), and the surface rule of SPEC S-2.
+
+``builtin_tools(capabilities)`` keeps the workspace-gated tools whose ``requires`` the workspace
+declares (no ``write``/``edit``/``patch``/``bash``/``download`` on a read-only git tree), then the
+runtime built-ins that every session gets. No import-time registration, no module scanning.
+"""
+
+from __future__ import annotations
+
+from kernel.spec import ToolSpec
+from tools import batch, ls, read
+
+# Workspace-gated built-ins: registered only when the workspace has every capability in `requires`.
+WORKSPACE_TOOLS: list[ToolSpec] = [read.TOOL, ls.TOOL]
+# Runtime built-ins: every session.
+RUNTIME_TOOLS: list[ToolSpec] = [batch.TOOL]
+ALL_TOOLS: list[ToolSpec] = [*WORKSPACE_TOOLS, *RUNTIME_TOOLS]
+
+
+def builtin_tools(capabilities: frozenset[str]) -> list[ToolSpec]:
+    gated = [spec for spec in WORKSPACE_TOOLS if spec.requires <= capabilities]
+    return [*gated, *RUNTIME_TOOLS]

@@ -1,0 +1,97 @@
+"""Session budget (SPEC K-3): tool calls, output bytes and wall time, checked before side effects.
+
+``check_before_call`` answers ``ok`` / ``soft`` (crossed ``soft_ratio`` for the first time: an event,
+the call goes on) / raises ``budget_exhausted`` (hard: the call is rejected before it runs).
+Output bytes are charged after projection, so the next call sees them.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from kernel.errors import BudgetExhausted
+
+DEFAULT_SOFT_RATIO = 0.8
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    max_tool_calls: int | None = None
+    max_output_bytes: int | None = None
+    max_wall_time_ms: int | None = None
+    soft_ratio: float = DEFAULT_SOFT_RATIO
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "max_tool_calls": self.max_tool_calls,
+            "max_output_bytes": self.max_output_bytes,
+            "max_wall_time_ms": self.max_wall_time_ms,
+            "soft_ratio": self.soft_ratio,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any] | None) -> Budget:
+        return cls(**(d or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class Threshold:
+    resource: str
+    kind: str  # "soft" | "hard"
+    consumed: int
+    limit: int
+    message: str
+
+
+class BudgetTracker:
+    def __init__(self, budget: Budget, started_ms: int, used: dict[str, int] | None = None) -> None:
+        self.budget = budget
+        self.started_ms = started_ms
+        used = used or {}
+        self.tool_calls = int(used.get("tool_calls", 0))
+        self.output_bytes = int(used.get("output_bytes", 0))
+        self._soft_sent: set[str] = set(used.get("soft_sent", []) or [])  # type: ignore[arg-type]
+        self._lock = threading.Lock()
+
+    def usage(self) -> dict[str, Any]:
+        return {"tool_calls": self.tool_calls, "output_bytes": self.output_bytes, "soft_sent": sorted(self._soft_sent)}
+
+    def check_before_call(self, now_ms: int) -> list[Threshold]:
+        """Admit one call (counting it) or raise; returns newly crossed soft thresholds."""
+        b = self.budget
+        with self._lock:
+            levels = (
+                ("tool_calls", self.tool_calls + 1, b.max_tool_calls),
+                ("output_bytes", self.output_bytes, b.max_output_bytes),
+                ("wall_time_ms", now_ms - self.started_ms, b.max_wall_time_ms),
+            )
+            for resource, consumed, limit in levels:
+                if limit is None:
+                    continue
+                over = consumed > limit if resource == "tool_calls" else consumed >= limit
+                if over:
+                    raise BudgetExhausted(
+                        f"Budget exhausted: {resource} {consumed if resource != 'tool_calls' else consumed - 1}"
+                        f" of {limit} used",
+                        resource=resource,
+                        reason=f"{resource} limit {limit} reached",
+                        consumed=consumed,
+                        limit=limit,
+                    )
+            self.tool_calls += 1
+            crossed: list[Threshold] = []
+            for resource, consumed, limit in levels:
+                if limit is None or resource in self._soft_sent:
+                    continue
+                if consumed >= limit * b.soft_ratio:
+                    self._soft_sent.add(resource)
+                    crossed.append(
+                        Threshold(resource, "soft", consumed, limit, f"{resource} at {consumed} of {limit}")
+                    )
+            return crossed
+
+    def charge_output(self, nbytes: int) -> None:
+        with self._lock:
+            self.output_bytes += nbytes

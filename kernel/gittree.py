@@ -1,0 +1,308 @@
+"""``GitTreeWorkspace``: a read-only, non-local view of one commit of a git repository (SPEC S-2, S-3, B-6).
+
+The view is pinned to a commit id when it is opened (a moving ref such as ``HEAD`` is resolved
+once), so every read in a session sees the same tree. Its capabilities are ``read``, ``search`` and
+``git`` — never ``write``, ``exec`` or ``local`` — so the session hides ``write``/``edit``/
+``patch``/``bash``/``download``; ``root`` is None.
+
+Invariants (the same resolver contract as ``LocalWorkspace``):
+
+- paths go through ``normalize_relative`` first (absolute paths, NUL, ``..`` past the root,
+  look-alike escapes and ``.a3s/`` refused with ``path_outside_workspace``);
+- symlinks stored in the tree are followed component by component, relative to the directory that
+  holds them; ``..`` after a symlink is applied to the *physical* location; a target that is
+  absolute or climbs above the tree root, or a loop, is refused with ``path_outside_workspace``;
+- submodules (gitlinks) show up as directories and are never descended into;
+- every entry's mtime is the commit time.
+
+pygit2 objects are not shared across threads without a lock: all repository access here happens
+under ``self._lock``; generators copy one directory's entries under the lock and yield outside it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pygit2
+
+from kernel.errors import InvalidArgument, NotFound, PathOutsideWorkspace
+from kernel.workspace import INTERNAL_DIR, MAX_SYMLINK_FOLLOWS, Entry, EntryKind, normalize_relative
+
+GIT_CAPABILITIES = frozenset({"read", "search", "git"})
+
+# git tree entry modes (octal, as stored in tree objects)
+MODE_TREE = 0o040000
+MODE_BLOB = 0o100644
+MODE_BLOB_EXEC = 0o100755
+MODE_LINK = 0o120000
+MODE_COMMIT = 0o160000  # a submodule (gitlink)
+
+DIR_PERMISSIONS = 0o755
+LINK_PERMISSIONS = 0o777
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    """A resolved location in the tree: ``kind`` is file/dir/symlink/submodule/missing."""
+
+    path: str
+    kind: str
+    oid: pygit2.Oid | None
+    filemode: int
+
+
+def open_repository(path: str | os.PathLike[str]) -> pygit2.Repository:
+    """Open the repository at exactly ``path`` (a work tree, a linked worktree or a git dir).
+
+    No upward search: a directory inside someone else's repository is not silently widened to it.
+    """
+    where = os.fspath(path)
+    try:
+        return pygit2.Repository(where, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+    except (pygit2.GitError, KeyError, OSError) as exc:
+        raise NotFound(f"not a git repository: {where}", path=where) from exc
+
+
+def resolve_commit(repo: pygit2.Repository, rev: str) -> pygit2.Commit:
+    """``rev`` (anything ``revparse_single`` accepts) peeled to a commit, with typed errors."""
+    if not rev or "\x00" in rev:
+        raise InvalidArgument(f"invalid revision: {rev!r}")
+    try:
+        obj = repo.revparse_single(rev)
+    except KeyError as exc:
+        raise NotFound(f"unknown revision: {rev}", path=rev) from exc
+    except (ValueError, pygit2.GitError) as exc:
+        raise InvalidArgument(f"invalid revision {rev!r}: {exc}") from exc
+    try:
+        commit = obj.peel(pygit2.Commit)
+    except (ValueError, pygit2.GitError, KeyError) as exc:
+        raise InvalidArgument(f"revision {rev!r} does not name a commit") from exc
+    assert isinstance(commit, pygit2.Commit)
+    return commit
+
+
+class GitTreeWorkspace:
+    """One commit of a repository, read through the Workspace protocol. Never writes."""
+
+    def __init__(self, repo_path: str | os.PathLike[str], rev: str = "HEAD") -> None:
+        repo = open_repository(repo_path)
+        commit = resolve_commit(repo, rev)
+        self._repo = repo
+        self._commit_id = commit.id
+        self._tree_id = commit.tree.id
+        self._mtime_ns = int(commit.commit_time) * 1_000_000_000
+        base = repo.workdir or repo.path
+        self._repo_path = str(Path(base).resolve())
+        self._rev = rev
+        self._lock = threading.RLock()
+
+    # --- identity -------------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return f"git:{self._repo_path}@{self._commit_id}"
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return GIT_CAPABILITIES
+
+    @property
+    def root(self) -> Path | None:
+        return None
+
+    @property
+    def repo_path(self) -> str:
+        """The repository's work tree (or git dir when bare); tools open their own handle on it."""
+        return self._repo_path
+
+    @property
+    def commit_id(self) -> str:
+        return str(self._commit_id)
+
+    @property
+    def requested_rev(self) -> str:
+        return self._rev
+
+    def close(self) -> None:
+        with self._lock:
+            self._repo.free()
+
+    # --- resolution -----------------------------------------------------------------------------
+
+    def _tree(self, oid: pygit2.Oid) -> pygit2.Tree:
+        obj = self._repo[oid]
+        assert isinstance(obj, pygit2.Tree)
+        return obj
+
+    def _resolve(self, path: str, *, follow_last: bool = True) -> _Node:
+        """Walk ``path`` through the tree, following symlinks physically (see module docstring)."""
+        rel = normalize_relative(path)
+        pending = [p for p in rel.split("/") if p] if rel else []
+        stack: list[str] = []
+        trees: list[pygit2.Oid] = [self._tree_id]
+        follows = 0
+        with self._lock:
+            while pending:
+                part = pending.pop(0)
+                if part in ("", "."):
+                    continue
+                if part == "..":
+                    if not stack:
+                        raise PathOutsideWorkspace(f"path escapes the workspace: {path}", path=path)
+                    stack.pop()
+                    trees.pop()
+                    continue
+                tree = self._tree(trees[-1])
+                entry = tree[part] if part in tree else None
+                if entry is None:
+                    return self._missing(path, stack + [part], pending)
+                mode = int(entry.filemode)
+                if mode == MODE_LINK and (pending or follow_last):
+                    follows += 1
+                    if follows > MAX_SYMLINK_FOLLOWS:
+                        raise PathOutsideWorkspace(f"symlink loop while resolving {path}", path=path)
+                    target = self._link_target(entry.id)
+                    where = "/".join([*stack, part])
+                    if not target or target.startswith("/") or "\x00" in target:
+                        raise PathOutsideWorkspace(f"symlink {where} points outside the workspace", path=path)
+                    pending = [p for p in target.split("/") if p not in ("", ".")] + pending
+                    continue
+                if mode == MODE_TREE:
+                    stack.append(part)
+                    trees.append(entry.id)
+                    continue
+                # A blob, a symlink kept as itself, or a submodule: nothing can lie below it.
+                if any(p not in ("", ".") for p in pending):
+                    what = "a submodule" if mode == MODE_COMMIT else "not a directory"
+                    raise NotFound(f"{'/'.join([*stack, part])} is {what} on the way to {path}", path=path)
+                stack.append(part)
+                kind = "submodule" if mode == MODE_COMMIT else ("symlink" if mode == MODE_LINK else "file")
+                return self._checked(path, _Node("/".join(stack), kind, entry.id, mode))
+        return self._checked(path, _Node("/".join(stack), "dir", trees[-1], MODE_TREE))
+
+    def _missing(self, path: str, stack: list[str], pending: list[str]) -> _Node:
+        """A path whose tail does not exist: finish lexically (no symlinks can follow)."""
+        for rest in pending:
+            if rest == "..":
+                if not stack:
+                    raise PathOutsideWorkspace(f"path escapes the workspace: {path}", path=path)
+                stack.pop()
+            elif rest not in ("", "."):
+                stack.append(rest)
+        return self._checked(path, _Node("/".join(stack), "missing", None, 0))
+
+    def _checked(self, path: str, node: _Node) -> _Node:
+        if node.path.split("/", 1)[0] == INTERNAL_DIR:
+            raise PathOutsideWorkspace(f"{INTERNAL_DIR}/ is internal to a3s-fleet: {path}", path=path)
+        return node
+
+    def _link_target(self, oid: pygit2.Oid) -> str:
+        blob = self._repo[oid]
+        assert isinstance(blob, pygit2.Blob)
+        return bytes(blob.data).decode("utf-8", "surrogateescape")
+
+    def _entry(self, node: _Node) -> Entry:
+        kind: EntryKind
+        size = 0
+        if node.kind == "file":
+            kind = "file"
+            with self._lock:
+                assert node.oid is not None
+                size = int(self._repo[node.oid].size)  # type: ignore[attr-defined]
+            mode = 0o755 if node.filemode == MODE_BLOB_EXEC else 0o644
+        elif node.kind == "symlink":
+            kind = "symlink"
+            with self._lock:
+                assert node.oid is not None
+                size = int(self._repo[node.oid].size)  # type: ignore[attr-defined]
+            mode = LINK_PERMISSIONS
+        else:  # dirs and submodules
+            kind = "dir"
+            mode = DIR_PERMISSIONS
+        return Entry(path=node.path, kind=kind, size=size, mtime_ns=self._mtime_ns, mode=mode)
+
+    # --- Workspace protocol ---------------------------------------------------------------------
+
+    def normalize(self, path: str) -> str:
+        rel = normalize_relative(path)
+        self._resolve(rel)
+        return rel
+
+    def stat(self, path: str) -> Entry:
+        node = self._resolve(path)
+        if node.kind == "missing":
+            raise NotFound(f"no such file or directory: {path or '.'}", path=path)
+        return self._entry(node)
+
+    def read_bytes(self, path: str) -> bytes:
+        node = self._resolve(path)
+        if node.kind == "missing":
+            raise NotFound(f"File not found: {path}", path=path)
+        if node.kind in ("dir", "submodule"):
+            raise InvalidArgument(f"{path} is a directory")
+        with self._lock:
+            assert node.oid is not None
+            blob = self._repo[node.oid]
+            assert isinstance(blob, pygit2.Blob)
+            return bytes(blob.data)
+
+    def list_dir(self, path: str) -> list[Entry]:
+        node = self._resolve(path)
+        if node.kind == "missing":
+            raise NotFound(f"Directory not found: {path or '.'}", path=path)
+        if node.kind == "submodule":
+            return []  # a gitlink is listed as a directory but never descended into
+        if node.kind != "dir":
+            raise InvalidArgument(f"{path} is not a directory")
+        return [self._entry(n) for n in self._children(node)]
+
+    def _children(self, node: _Node) -> list[_Node]:
+        assert node.oid is not None
+        out: list[_Node] = []
+        with self._lock:
+            for entry in self._tree(node.oid):
+                name = str(entry.name)
+                if not node.path and name == INTERNAL_DIR:
+                    continue
+                mode = int(entry.filemode)
+                kind = {MODE_TREE: "dir", MODE_LINK: "symlink", MODE_COMMIT: "submodule"}.get(mode, "file")
+                child = f"{node.path}/{name}" if node.path else name
+                out.append(_Node(child, kind, entry.id, mode))
+        out.sort(key=lambda n: n.path.rsplit("/", 1)[-1])
+        return out
+
+    def walk_files(self, path: str = "") -> Iterator[Entry]:
+        node = self._resolve(path)
+        if node.kind == "missing":
+            raise NotFound(f"Directory not found: {path or '.'}", path=path)
+        if node.kind == "file":
+            yield self._entry(node)
+            return
+        if node.kind != "dir":
+            return
+        # Same order as os.walk top-down: a directory's files (sorted), then its subdirectories.
+        todo = [node]
+        while todo:
+            current = todo.pop()
+            children = self._children(current)
+            for child in children:
+                if child.kind == "file":
+                    yield self._entry(child)
+            todo.extend(reversed([c for c in children if c.kind == "dir"]))
+
+
+def is_git_tree(workspace: object) -> bool:
+    return isinstance(workspace, GitTreeWorkspace)
+
+
+__all__ = [
+    "GIT_CAPABILITIES",
+    "GitTreeWorkspace",
+    "is_git_tree",
+    "open_repository",
+    "resolve_commit",
+]

@@ -1,0 +1,478 @@
+"""The invocation kernel: one call path for every origin (SPEC K-1..K-8, S-4, S-5).
+
+``Kernel.invoke`` runs the stages of K-3 in this order, over one ``Invocation``::
+
+    resolve (scoped registry) → validate (cached schema) → skill restriction → permission policy
+    → confirmation → pre-hooks (rewrite ⇒ validate + gate again) → budget → slots + deadline
+    → cancel scope → recursion guard → execute → post-hooks → sanitise → project (+ evidence)
+
+Only the policy stages (skill restriction, permission, confirmation) look at the origin; trusted
+host-direct calls and trusted built-in nesting skip them, nothing skips the pre-hooks. A stage
+stops the chain by raising a ``ToolError``; every outcome — success, denial, invalid arguments,
+unknown tool, timeout, cancellation — comes back as a projected ``ToolResult`` with evidence, and
+the lifecycle records exactly one terminal state. Nested calls re-enter here through the
+``NestedInvoker`` bound to their parent: same scope, deadline, cancellation, budget and hooks;
+their origin is decided by ``_child_origin``, never by the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kernel.artifacts import ArtifactStore
+from kernel.budget import Budget, BudgetTracker
+from kernel.capabilities import ToolCapabilities
+from kernel.clock import Clock, IdFactory
+from kernel.context import NestedInvoker, ToolContext
+from kernel.errors import (
+    BudgetExhausted,
+    Cancelled,
+    ConfirmationRejected,
+    HookDenied,
+    InvalidArgument,
+    PermissionDenied,
+    RecursionLimit,
+    Timeout,
+    ToolError,
+)
+from kernel.events import Event, EventSink
+from kernel.hooks import PostToolInput, PreToolInput, call_maybe_async, freeze
+from kernel.lifecycle import Lifecycle, State
+from kernel.options import ConfirmationRequest, SessionOptions
+from kernel.origin import ControlPlane, Origin, event_label, is_governed
+from kernel.policy import Allow, Ask, Deny, PermissionPolicy
+from kernel.redact import DefaultSecretRedactor, SecretRedactor
+from kernel.registry import Registry, ScopedRegistry
+from kernel.result import ToolResult
+from kernel.spec import ToolSpec
+from kernel.workspace import Workspace
+
+RECURSION_GUARDED = frozenset({"batch", "program"})
+MAX_EVENT_ARGS_BYTES = 16 * 1024
+
+
+class ResultProjector(Protocol):
+    def project(self, tool_name: str, output: str, metadata: Any) -> tuple[str, dict[str, Any]]: ...
+
+
+ChangeCompactor = Callable[[dict[str, Any], ArtifactStore, str], dict[str, Any]]
+
+
+@dataclass(slots=True)
+class Invocation:
+    """One call: who asked (origin), what, where it sits in the call tree, and its limits."""
+
+    name: str
+    args: Any
+    origin: Origin
+    plane: ControlPlane | None
+    call_id: str
+    scope: ScopedRegistry
+    parent_call_id: str | None = None
+    depth: int = 0
+    stack: tuple[str, ...] = ()
+    deadline: float | None = None
+    governed: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.governed = is_governed(self.origin, self.plane)
+
+
+class Kernel:
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        registry: Registry,
+        workspace: Workspace,
+        options: SessionOptions,
+        projector: ResultProjector,
+        artifacts: ArtifactStore,
+        sink: EventSink,
+        clock: Clock,
+        ids: IdFactory,
+        compact_change: ChangeCompactor | None = None,
+        services: dict[str, Any] | None = None,
+        session_state: dict[str, Any] | None = None,
+        budget_used: dict[str, Any] | None = None,
+        started_ms: int | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.registry = registry
+        self.workspace = workspace
+        self.options = options
+        self.projector = projector
+        self.artifacts = artifacts
+        self.sink = sink
+        self.clock = clock
+        self.ids = ids
+        self.compact_change = compact_change
+        self.services = services if services is not None else {}
+        self.session_state = session_state if session_state is not None else {}
+        self.policy = options.permission_policy or PermissionPolicy()
+        self.redactor: SecretRedactor = options.secret_redactor or DefaultSecretRedactor()
+        self.started_ms = started_ms if started_ms is not None else clock.now_ms()
+        self.budget = BudgetTracker(options.budget or Budget(), self.started_ms, budget_used)
+        self.active: dict[str, dict[str, Any]] = {}
+        self.closed = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._session_slots: asyncio.Semaphore | None = None
+        self._tool_slots: dict[str, asyncio.Semaphore] = {}
+
+    # ---- public entry points (the only places an origin is chosen) ----------------------------
+
+    async def invoke_host(self, name: str, args: Any, *, governed: bool = False) -> ToolResult:
+        """``session.tool`` (trusted) / ``session.governed_tool`` (governed control plane)."""
+        plane = ControlPlane.GOVERNED if governed else ControlPlane.TRUSTED
+        return await self._top_level(name, args, Origin.HOST_DIRECT, plane)
+
+    async def invoke_agent(self, name: str, args: Any) -> ToolResult:
+        """A model tool call: full policy and confirmation."""
+        return await self._top_level(name, args, Origin.AGENT, None)
+
+    async def _top_level(self, name: str, args: Any, origin: Origin, plane: ControlPlane | None) -> ToolResult:
+        inv = Invocation(name, args, origin, plane, self.ids("call"), self.registry.scoped())
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            if self._session_slots is None:
+                self._session_slots = asyncio.Semaphore(self.options.max_concurrent_calls)
+            async with self._session_slots:
+                return await self.invoke(inv)
+        finally:
+            if task is not None:
+                self._tasks.discard(task)
+
+    def close(self) -> None:
+        """K-6: cancel every running call through the session's cancel scope."""
+        self.closed = True
+        for task in list(self._tasks):
+            task.cancel()
+
+    def capabilities_of(self, scope: ScopedRegistry, name: str, args: Any) -> ToolCapabilities | None:
+        try:
+            spec = scope.resolve(name)
+            return spec.capabilities(spec.validate(args))
+        except ToolError:
+            return None
+
+    # ---- the pipeline -----------------------------------------------------------------------
+
+    async def invoke(self, inv: Invocation) -> ToolResult:
+        lc = Lifecycle()
+        t0 = self.clock.monotonic()
+        label = event_label(inv.origin, inv.plane)
+        self.active[inv.call_id] = {
+            "call_id": inv.call_id,
+            "tool": inv.name,
+            "origin": label,
+            "parent_call_id": inv.parent_call_id,
+            "started_ms": self.clock.now_ms(),
+        }
+        self._emit("tool_start", inv, label, {"args": _bounded_args(inv.args), "depth": inv.depth})
+        spec: ToolSpec | None = None
+        try:
+            spec = inv.scope.resolve(inv.name)
+            lc.to(State.ADMITTED)
+            params = spec.validate(inv.args)  # K-4: before confirmation or any side effect
+            lc.to(State.GATE_PENDING)
+            await self._gate(inv, spec, params, label)
+            params = await self._pre_hooks(inv, spec, params, label)
+            self._charge_call(inv, label)
+            result = await self._run(inv, spec, params, lc, label)
+            state = State.COMPLETED if result.exit_code == 0 else State.FAILED
+        except asyncio.CancelledError:
+            if inv.parent_call_id is not None or not self.closed:
+                # Nested: the parent owns the cancellation. Top level not closed: a caller's cancel.
+                self._finish_cancelled(inv, lc, label, t0)
+                raise
+            result = ToolResult.failure(inv.name, Cancelled(f"Tool '{inv.name}' cancelled: session closed", op=inv.name))
+            state = State.CANCELLED
+        except ToolError as err:
+            result = ToolResult.failure(inv.name, err)
+            state = _terminal_for(err)
+        return self._release(inv, spec, result, lc, state, label, t0)
+
+    async def _gate(self, inv: Invocation, spec: ToolSpec, params: Any, label: str) -> None:
+        """Skill restriction → permission policy → confirmation (model-side origins only)."""
+        if not inv.governed:
+            return
+        allowed = self.options.skill_allowed_tools
+        if allowed is not None and inv.name not in allowed:
+            self._deny(inv, label, "skill_restriction", f"Tool '{inv.name}' is not allowed by the active skill")
+        subject = spec.subject(params)
+        decision = self.policy.decide(inv.name, subject)
+        if isinstance(decision, Deny):
+            self._deny(inv, label, "permission_policy", f"Permission denied: {decision.reason}.")
+        needs_confirmation = isinstance(decision, Ask) or spec.requires_confirmation(params)
+        if isinstance(decision, Allow) and not needs_confirmation:
+            return
+        reason = decision.reason if isinstance(decision, Ask) else "the tool asks for confirmation"
+        await self._confirm(inv, label, reason)
+
+    async def _confirm(self, inv: Invocation, label: str, reason: str) -> None:
+        handler = self.options.confirmation
+        if handler is None:
+            self._deny(
+                inv,
+                label,
+                "missing_confirmation_manager",
+                f"Permission denied: Tool '{inv.name}' needs confirmation ({reason}) and no confirmation handler is configured.",
+            )
+        request = ConfirmationRequest(self.session_id, inv.call_id, inv.name, freeze(inv.args), label, reason)
+        self._emit("confirmation_request", inv, label, {"reason": reason})
+        timeout_s = self.options.confirmation_timeout_ms / 1000
+        try:
+            async with asyncio.timeout(timeout_s):
+                approved = await call_maybe_async(handler, request)
+        except TimeoutError:
+            raise ConfirmationRejected(
+                f"Confirmation for tool '{inv.name}' timed out after {self.options.confirmation_timeout_ms}ms; denied",
+                reason="timeout",
+            ) from None
+        if approved is not True:
+            raise ConfirmationRejected(f"Tool '{inv.name}' was rejected by the user", reason="rejected")
+
+    def _deny(self, inv: Invocation, label: str, reason: str, message: str) -> None:
+        self._emit("permission_denied", inv, label, {"reason": reason, "message": message})
+        raise PermissionDenied(message, reason=reason)
+
+    async def _pre_hooks(self, inv: Invocation, spec: ToolSpec, params: Any, label: str) -> Any:
+        for hook in self.options.pre_tool_hooks:
+            hook_input = PreToolInput(self.session_id, inv.call_id, inv.parent_call_id, inv.name, freeze(inv.args), label)
+            outcome = await call_maybe_async(hook, hook_input)
+            if outcome is None:
+                continue
+            if isinstance(outcome, Deny):
+                raise HookDenied(
+                    f"Tool '{inv.name}' blocked by hook: {outcome.reason}",
+                    reason=outcome.reason,
+                    retryable=outcome.retryable,
+                    retry_after_ms=outcome.retry_after_ms,
+                )
+            if isinstance(outcome, dict):
+                # Rewritten arguments are validated again, and gated again: a hook can never
+                # turn a call into one the policy would have refused.
+                inv.args = outcome
+                params = spec.validate(outcome)
+                await self._gate(inv, spec, params, label)
+                continue
+            raise InvalidArgument(f"pre-tool hook returned {type(outcome).__name__}; expected None, dict or Deny")
+        return params
+
+    def _charge_call(self, inv: Invocation, label: str) -> None:
+        try:
+            crossed = self.budget.check_before_call(self.clock.now_ms())
+        except BudgetExhausted as err:
+            self._emit("budget_threshold", inv, label, {"kind": "hard", **err.data, "message": err.message})
+            raise
+        for th in crossed:
+            self._emit(
+                "budget_threshold",
+                inv,
+                label,
+                {"kind": th.kind, "resource": th.resource, "consumed": th.consumed, "limit": th.limit, "message": th.message},
+            )
+
+    async def _run(self, inv: Invocation, spec: ToolSpec, params: Any, lc: Lifecycle, label: str) -> ToolResult:
+        loop = asyncio.get_running_loop()
+        timeout_ms = self.options.tool_timeouts_ms.get(inv.name) or spec.timeout_ms or self.options.default_tool_timeout_ms
+        deadline = loop.time() + timeout_ms / 1000
+        if inv.deadline is not None:
+            deadline = min(deadline, inv.deadline)
+        slot = self._tool_slots.get(inv.name)
+        if slot is None:
+            slot = asyncio.Semaphore(self.options.tool_slots.get(inv.name, self.options.default_tool_slots))
+            self._tool_slots[inv.name] = slot
+        ctx = self._context(inv, spec, deadline, label)
+        started = loop.time()
+        try:
+            async with asyncio.timeout_at(deadline), slot:
+                if self.closed:
+                    raise Cancelled(f"Tool '{inv.name}' cancelled: session closed", op=inv.name)
+                lc.to(State.RUNNING)
+                self._recursion_guard(inv)
+                raw = await spec.run(ctx, params)
+        except TimeoutError:
+            ctx.cancelled.set()
+            duration_ms = int((loop.time() - started) * 1000)
+            raise Timeout(f"Tool '{inv.name}' timed out after {timeout_ms}ms", op=inv.name, duration_ms=duration_ms) from None
+        except asyncio.CancelledError:
+            ctx.cancelled.set()
+            raise
+        result = _as_result(inv.name, raw, spec)
+        for hook in self.options.post_tool_hooks:
+            post = PostToolInput(
+                self.session_id,
+                inv.call_id,
+                inv.parent_call_id,
+                inv.name,
+                freeze(inv.args),
+                label,
+                result,
+                int((loop.time() - started) * 1000),
+            )
+            replaced = await call_maybe_async(hook, post)
+            if isinstance(replaced, ToolResult):
+                result = replaced
+        return result
+
+    def _recursion_guard(self, inv: Invocation) -> None:
+        if inv.name in RECURSION_GUARDED and inv.name in inv.stack:
+            raise RecursionLimit(f"recursive {inv.name} calls are not allowed", tool=inv.name, depth=inv.depth)
+        if inv.depth > self.options.max_nesting_depth:
+            raise RecursionLimit(
+                f"nesting depth {inv.depth} exceeds the limit of {self.options.max_nesting_depth}",
+                tool=inv.name,
+                depth=inv.depth,
+            )
+
+    def _context(self, inv: Invocation, spec: ToolSpec, deadline: float, label: str) -> ToolContext:
+        child_origin = _child_origin(inv, spec)
+
+        def make_invoker(scope: ScopedRegistry) -> NestedInvoker:
+            async def nested(name: str, args: dict[str, Any]) -> ToolResult:
+                child = Invocation(
+                    name,
+                    args,
+                    child_origin,
+                    None,
+                    self.ids("call"),
+                    scope,
+                    parent_call_id=inv.call_id,
+                    depth=inv.depth + 1,
+                    stack=(*inv.stack, inv.name),
+                    deadline=deadline,
+                )
+                return await self.invoke(child)
+
+            return NestedInvoker(
+                nested,
+                scope.names,
+                lambda n, a: self.capabilities_of(scope, n, a),
+                narrow=lambda allowed: make_invoker(scope.narrow(allowed)),
+            )
+
+        def emit_delta(delta: Any) -> None:
+            self._emit("tool_output_delta", inv, label, {"delta": delta})
+
+        return ToolContext(
+            session_id=self.session_id,
+            call_id=inv.call_id,
+            tool_name=inv.name,
+            origin=inv.origin,
+            control_plane=inv.plane,
+            workspace=self.workspace,
+            artifacts=self.artifacts,
+            clock=self.clock,
+            new_id=self.ids,
+            deadline=deadline,
+            invoker=make_invoker(inv.scope),
+            emit_delta=emit_delta,
+            session_state=self.session_state,
+            services=self.services,
+            settings=self.options,
+            parent_call_id=inv.parent_call_id,
+            depth=inv.depth,
+        )
+
+    # ---- release: sanitise, project, account, emit ------------------------------------------
+
+    def _release(
+        self,
+        inv: Invocation,
+        spec: ToolSpec | None,
+        result: ToolResult,
+        lc: Lifecycle,
+        state: State,
+        label: str,
+        t0: float,
+    ) -> ToolResult:
+        result.output = self.redactor.redact(result.output)
+        if result.error_kind:
+            result.error_kind = {
+                k: self.redactor.redact(v) if isinstance(v, str) else v for k, v in result.error_kind.items()
+            }
+        metadata: Any = result.metadata
+        if isinstance(metadata, dict) and self.compact_change is not None and "before" in metadata and "after" in metadata:
+            metadata = self.compact_change(metadata, self.artifacts, inv.name)
+        result.output, result.metadata = self.projector.project(inv.name, result.output, metadata)
+        if spec is not None:
+            result.trust = spec.trust
+        self.budget.charge_output(len(result.output.encode("utf-8", "surrogatepass")))
+        lc.to(state)
+        duration_ms = int((self.clock.monotonic() - t0) * 1000)
+        if result.exit_code != 0:
+            self._emit("tool_error", inv, label, {"error_kind": result.error_kind, "message": result.output[:2048]})
+        self._emit(
+            "tool_end",
+            inv,
+            label,
+            {
+                "exit_code": result.exit_code,
+                "state": state.value,
+                "duration_ms": duration_ms,
+                "error_kind": result.error_kind,
+                "output": result.output,
+            },
+        )
+        self.active.pop(inv.call_id, None)
+        return result
+
+    def _finish_cancelled(self, inv: Invocation, lc: Lifecycle, label: str, t0: float) -> None:
+        if not lc.terminal:
+            lc.to(State.CANCELLED)
+        kind = {"type": "cancelled", "op": inv.name}
+        self._emit("tool_error", inv, label, {"error_kind": kind, "message": f"Tool '{inv.name}' cancelled by caller"})
+        self._emit(
+            "tool_end",
+            inv,
+            label,
+            {"exit_code": 1, "state": "cancelled", "duration_ms": int((self.clock.monotonic() - t0) * 1000), "error_kind": kind},
+        )
+        self.active.pop(inv.call_id, None)
+
+    def _emit(self, type_: str, inv: Invocation, label: str, data: dict[str, Any]) -> None:
+        self.sink.emit(Event(type_, inv.call_id, inv.name, label, self.clock.now_ms(), inv.parent_call_id, data))
+
+
+def _child_origin(inv: Invocation, spec: ToolSpec) -> Origin:
+    """K-1/K-2: only a *built-in* orchestrator invoked with host-direct trust passes that trust on."""
+    trusted_parent = (inv.origin is Origin.HOST_DIRECT and inv.plane is ControlPlane.TRUSTED) or (
+        inv.origin is Origin.TRUSTED_HOST_NESTED
+    )
+    if trusted_parent and spec.builtin and spec.orchestrator:
+        return Origin.TRUSTED_HOST_NESTED
+    return Origin.GOVERNED_NESTED
+
+
+def _as_result(name: str, raw: Any, spec: ToolSpec) -> ToolResult:
+    if isinstance(raw, ToolResult):
+        raw.name = name
+        return raw
+    if isinstance(raw, str):
+        return ToolResult.success(name, raw)
+    raise InvalidArgument(f"tool '{name}' returned {type(raw).__name__}; expected str or ToolResult")
+
+
+def _terminal_for(err: ToolError) -> State:
+    if isinstance(err, (PermissionDenied, ConfirmationRejected, HookDenied, BudgetExhausted)):
+        return State.REJECTED
+    if isinstance(err, Cancelled):
+        return State.CANCELLED
+    return State.FAILED
+
+
+def _bounded_args(args: Any) -> Any:
+    try:
+        text = json.dumps(args, default=str)
+    except (TypeError, ValueError):
+        return {"unserializable": True}
+    if len(text) <= MAX_EVENT_ARGS_BYTES:
+        return args
+    return {"truncated": True, "bytes": len(text), "preview": text[:1024]}

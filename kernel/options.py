@@ -1,0 +1,83 @@
+"""``SessionOptions``: everything a host may set on a session; every field optional (SPEC R-1, K-3).
+
+Only the JSON-safe part (policy, permission rules, budget, limits, settings) goes into a snapshot;
+callables (confirmation handler, hooks, redactor) are re-supplied by the host on resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from kernel.budget import Budget
+from kernel.hooks import PostToolHook, PreToolHook
+from kernel.policy import PermissionPolicy
+from kernel.redact import SecretRedactor
+
+if TYPE_CHECKING:
+    from kernel.projection import ToolResultTransformPolicyV1
+
+DEFAULT_CONFIRMATION_TIMEOUT_MS = 30_000
+DEFAULT_TOOL_TIMEOUT_MS = 600_000
+DEFAULT_MAX_CONCURRENT_CALLS = 32
+DEFAULT_TOOL_SLOTS = 16
+MAX_NESTING_DEPTH = 8
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmationRequest:
+    """What a confirmation handler receives: one request object; it answers True (approve) or False."""
+
+    session_id: str
+    call_id: str
+    tool: str
+    args: Any
+    origin: str
+    reason: str
+
+
+ConfirmationHandler = Callable[[ConfirmationRequest], bool | Awaitable[bool]]
+
+
+@dataclass
+class SessionOptions:
+    tool_result_transform_policy: ToolResultTransformPolicyV1 | None = None
+    permission_policy: PermissionPolicy | None = None
+    confirmation: ConfirmationHandler | None = None
+    confirmation_timeout_ms: int = DEFAULT_CONFIRMATION_TIMEOUT_MS
+    pre_tool_hooks: Sequence[PreToolHook] = ()
+    post_tool_hooks: Sequence[PostToolHook] = ()
+    budget: Budget | None = None
+    secret_redactor: SecretRedactor | None = None
+    # Skill restriction (off by default, as in the reference): when set, only these tools pass.
+    skill_allowed_tools: frozenset[str] | None = None
+    tool_timeouts_ms: dict[str, int] = field(default_factory=dict)
+    default_tool_timeout_ms: int = DEFAULT_TOOL_TIMEOUT_MS
+    max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS
+    tool_slots: dict[str, int] = field(default_factory=dict)
+    default_tool_slots: int = DEFAULT_TOOL_SLOTS
+    max_nesting_depth: int = MAX_NESTING_DEPTH
+    # Tool runtime settings (read by tools through ctx.settings).
+    bash_sandbox: Literal["auto", "always", "never"] = "auto"
+    # Test-only escape hatch for the SSRF guard: loopback targets become reachable. Never default.
+    allow_loopback_network: bool = False
+    workspace_retrieval: bool = False
+    artifact_store: Literal["file", "memory"] = "file"
+    services: dict[str, Any] = field(default_factory=dict)
+
+    def settings_json(self) -> dict[str, Any]:
+        return {
+            "confirmation_timeout_ms": self.confirmation_timeout_ms,
+            "skill_allowed_tools": sorted(self.skill_allowed_tools) if self.skill_allowed_tools else None,
+            "tool_timeouts_ms": dict(self.tool_timeouts_ms),
+            "default_tool_timeout_ms": self.default_tool_timeout_ms,
+            "max_concurrent_calls": self.max_concurrent_calls,
+            "tool_slots": dict(self.tool_slots),
+            "default_tool_slots": self.default_tool_slots,
+            "max_nesting_depth": self.max_nesting_depth,
+            "bash_sandbox": self.bash_sandbox,
+            "allow_loopback_network": self.allow_loopback_network,
+            "workspace_retrieval": self.workspace_retrieval,
+            "artifact_store": self.artifact_store,
+        }

@@ -1,0 +1,91 @@
+"""``Projector``: one session's policy + artifact store applied to each tool result (SPEC R-1..R-6).
+
+``project(tool, output, metadata)`` returns the model-facing output and metadata extended with
+evidence, the transform binding and, when lossy, ``artifact{artifact_id, artifact_uri,
+original_bytes, shown_bytes}``. The raw original of a lossy result is written to the store
+before the result is released, so ``content_ref`` can always be read back byte-identical.
+
+A result that already carries a binding different from the session's is a kernel fault (the
+policy drifted before release). A result that already carries evidence for exactly this output
+under this binding (re-released, e.g. a nested result) keeps that evidence: it describes the
+real, earlier projection. The output is projected regardless, so the cap always holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from kernel.artifacts import ArtifactStore, PrehashedArtifactStore, artifact_id, uri_for_digest
+from kernel.projection.evidence import (
+    ARTIFACT_METADATA_KEY,
+    EVIDENCE_METADATA_KEY,
+    as_object,
+    build_evidence,
+    check_binding,
+)
+from kernel.projection.policy import BINDING_METADATA_KEY, ToolResultTransformPolicyV1
+from kernel.projection.transform import Transformed, artifact_line, transform
+
+
+class Projector:
+    def __init__(self, policy: ToolResultTransformPolicyV1, artifacts: ArtifactStore) -> None:
+        policy.validate_policy()
+        self.policy = policy
+        self.artifacts = artifacts
+        self.binding = policy.binding()
+
+    def project(self, tool_name: str, output: str, metadata: Any) -> tuple[str, dict[str, Any]]:
+        check_binding(metadata, self.binding)
+        data, output = _utf8(output)
+        hex_digest = hashlib.sha256(data).hexdigest()
+        expected_uri = uri_for_digest(tool_name, hex_digest)
+        result = transform(data, self.policy, artifact_line(expected_uri))
+        meta = as_object(metadata)
+        uri: str | None = None
+        if result.lossy:
+            uri = self._store(tool_name, data, hex_digest)
+            if uri != expected_uri:
+                # A store with its own addressing: project again so the line (and cap) use its URI.
+                result = transform(data, self.policy, artifact_line(uri))
+            meta[ARTIFACT_METADATA_KEY] = {
+                "artifact_id": artifact_id(tool_name, hex_digest),
+                "artifact_uri": uri,
+                "original_bytes": len(data),
+                "shown_bytes": result.shown_bytes,
+            }
+        projected = result.content.decode("utf-8")
+        if not (result.lossy is False and _carries_evidence_for(meta, result, hex_digest)):
+            meta[EVIDENCE_METADATA_KEY] = build_evidence(
+                original_bytes=len(data),
+                original_sha256_hex=hex_digest,
+                projected=result.content,
+                loss_mode=result.loss_mode.value,
+                artifact_uri=uri,
+            )
+        meta[BINDING_METADATA_KEY] = dict(self.binding)
+        return projected, meta
+
+    def _store(self, tool_name: str, data: bytes, hex_digest: str) -> str:
+        if isinstance(self.artifacts, PrehashedArtifactStore):
+            return self.artifacts.put_prehashed(tool_name, data, hex_digest)
+        return self.artifacts.put(tool_name, data)
+
+
+def _utf8(output: str) -> tuple[bytes, str]:
+    """UTF-8 bytes of ``output``; lone surrogates (no UTF-8 form) become "?" first."""
+    try:
+        return output.encode("utf-8"), output
+    except UnicodeEncodeError:
+        data = output.encode("utf-8", "replace")
+        return data, data.decode("utf-8")
+
+
+def _carries_evidence_for(meta: dict[str, Any], result: Transformed, hex_digest: str) -> bool:
+    """Existing evidence whose projection is exactly this (unchanged) output."""
+    evidence = meta.get(EVIDENCE_METADATA_KEY)
+    return (
+        isinstance(evidence, dict)
+        and BINDING_METADATA_KEY in meta
+        and evidence.get("projected_digest") == "sha256:" + hex_digest
+    )

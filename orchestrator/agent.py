@@ -1,0 +1,134 @@
+"""``Agent``: where sessions come from. Embedded by default; a fleet when a broker is configured (F-1).
+
+``Agent()`` with no broker runs every call in this process on one event-loop thread.
+``agent.session(workspace, options=SessionOptions(...))`` builds the kernel for a workspace named a
+directory path or ``git:REPO@REV``; ``agent.resume(snapshot, options=...)`` rebuilds one from a
+snapshot (R-5: the pinned transform policy is inherited, a different one rejected).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+from config.settings import Settings
+from kernel.artifacts import ArtifactStore, MemoryArtifactStore
+from kernel.clock import RandomIds, SystemClock
+from kernel.errors import InvalidArgument
+from kernel.events import FanoutSink, MemoryEventSink
+from kernel.kernel import Kernel
+from kernel.options import SessionOptions
+from kernel.projection import Projector, ToolResultTransformPolicyV1, compact_change_metadata
+from kernel.registry import Registry
+from kernel.workspace import Workspace
+from orchestrator.loop import LoopThread
+from orchestrator.session import Session
+from orchestrator.snapshot import check_snapshot
+from tools import builtin_tools
+
+
+def open_workspace(name: str | os.PathLike[str] | Workspace) -> Workspace:
+    if isinstance(name, Workspace):
+        return name
+    from kernel.workspace_names import open_workspace as _open
+
+    return _open(os.fspath(name))
+
+
+def _artifact_store(workspace: Workspace, options: SessionOptions) -> ArtifactStore:
+    if options.artifact_store == "file" and workspace.root is not None and "write" in workspace.capabilities:
+        from kernel.artifact_files import FileArtifactStore
+
+        return FileArtifactStore(Path(workspace.root) / ".a3s" / "artifacts")
+    return MemoryArtifactStore()
+
+
+class Agent:
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+        self._loop = LoopThread()
+        self._ids = RandomIds()
+        self._sessions: list[Session] = []
+
+    def session(
+        self,
+        workspace: str | os.PathLike[str] | Workspace = ".",
+        options: SessionOptions | None = None,
+        *,
+        session_id: str | None = None,
+    ) -> Session:
+        return self._build(workspace, options or SessionOptions(), session_id=session_id)
+
+    def resume(self, snapshot: dict[str, Any], options: SessionOptions | None = None) -> Session:
+        check_snapshot(snapshot)
+        options = options or SessionOptions()
+        pinned = ToolResultTransformPolicyV1.from_json(snapshot["config"]["tool_result_transform_policy"])
+        if pinned.binding() != snapshot["transform_binding"]:
+            raise InvalidArgument("snapshot transform binding drifted from its pinned policy; refusing to resume")
+        if options.tool_result_transform_policy is None:
+            options = dataclasses.replace(options, tool_result_transform_policy=pinned)
+        elif options.tool_result_transform_policy.digest() != pinned.digest():
+            raise InvalidArgument(
+                "resume was given a tool_result_transform_policy different from the one pinned in the snapshot"
+            )
+        return self._build(
+            snapshot["workspace"],
+            options,
+            session_id=snapshot["session_id"],
+            session_state=dict(snapshot.get("session_state") or {}),
+            budget_used=snapshot.get("budget_used"),
+            started_ms=snapshot.get("created_ms"),
+        )
+
+    def _build(
+        self,
+        workspace_name: str | os.PathLike[str] | Workspace,
+        options: SessionOptions,
+        *,
+        session_id: str | None,
+        session_state: dict[str, Any] | None = None,
+        budget_used: dict[str, Any] | None = None,
+        started_ms: int | None = None,
+    ) -> Session:
+        workspace = open_workspace(workspace_name)
+        policy = options.tool_result_transform_policy or ToolResultTransformPolicyV1.conservative()
+        policy.validate_policy()
+        artifacts = _artifact_store(workspace, options)
+        memory = MemoryEventSink()
+        sinks: list[Any] = [memory]
+        if "event_sink" in options.services:
+            sinks.append(options.services["event_sink"])
+        registry = Registry(builtin_tools(workspace.capabilities))
+        kernel = Kernel(
+            session_id=session_id or self._ids("session"),
+            registry=registry,
+            workspace=workspace,
+            options=options,
+            projector=Projector(policy, artifacts),
+            artifacts=artifacts,
+            sink=FanoutSink(*sinks) if len(sinks) > 1 else memory,
+            clock=SystemClock(),
+            ids=self._ids,
+            compact_change=compact_change_metadata,
+            services=dict(options.services),
+            session_state=session_state,
+            budget_used=budget_used,
+            started_ms=started_ms,
+        )
+        name = workspace_name if isinstance(workspace_name, str) else workspace.name
+        session = Session(kernel, self._loop, memory, str(name))
+        self._sessions.append(session)
+        return session
+
+    def close(self) -> None:
+        for session in self._sessions:
+            session.close()
+        self._loop.stop()
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,135 @@
+"""The ``a3s-fleet`` command line (click). Errors print one clear line, never a traceback.
+
+    a3s-fleet tools [--workspace DIR] [--json]
+    a3s-fleet tool NAME [ARGS_JSON | -] [--workspace DIR] [--policy conservative|context-efficient] [--json]
+    a3s-fleet artifact URI [--workspace DIR]
+
+``tool`` exits 0 when the result's ``exit_code`` is 0, else 1. ``--workspace`` defaults to the current
+directory and also accepts ``git:REPO@REV``. Fleet commands (``verify``, ``worker``, ``status``) are
+added by ``orchestrator.cli_fleet``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar
+
+import click
+
+from kernel.errors import ToolError
+from kernel.options import SessionOptions
+
+F = TypeVar("F", bound=Callable[..., Any])
+POLICIES = ("conservative", "context-efficient")
+
+
+def _one_line_errors(fn: F) -> F:
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ToolError as exc:
+            click.echo(f"error: {exc.kind}: {exc.message}", err=True)
+            sys.exit(2)
+        except (OSError, ValueError) as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _policy(name: str) -> Any:
+    from kernel.projection import ToolResultTransformPolicyV1
+
+    return ToolResultTransformPolicyV1.context_efficient() if name == "context-efficient" else ToolResultTransformPolicyV1.conservative()
+
+
+@click.group()
+@click.version_option(package_name="a3s-fleet")
+def main() -> None:
+    """a3s-fleet: the governed tool system of an AI coding agent, embedded or as a Celery fleet."""
+
+
+@main.command("tools")
+@click.option("--workspace", "-w", default=".", show_default=True, help="Directory or git:REPO@REV.")
+@click.option("--json", "as_json", is_flag=True, help="Print the model-visible definitions as JSON.")
+@_one_line_errors
+def tools_cmd(workspace: str, as_json: bool) -> None:
+    """List the tools a session on WORKSPACE offers."""
+    from orchestrator.agent import Agent
+
+    with Agent() as agent:
+        session = agent.session(workspace, SessionOptions(artifact_store="memory"))
+        if as_json:
+            click.echo(json.dumps(session.tool_definitions(), indent=2))
+            return
+        visible = {d["name"]: d["description"] for d in session.tool_definitions()}
+        for name in session.tool_names():
+            desc = visible.get(name, "(hidden alias)")
+            click.echo(f"{name:<16} {desc.splitlines()[0][:100]}")
+
+
+@main.command("tool")
+@click.argument("name")
+@click.argument("args_json", required=False, default="{}")
+@click.option("--workspace", "-w", default=".", show_default=True, help="Directory or git:REPO@REV.")
+@click.option("--policy", type=click.Choice(POLICIES), default="conservative", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print {name, output, exit_code, metadata, error_kind}.")
+@_one_line_errors
+def tool_cmd(name: str, args_json: str, workspace: str, policy: str, as_json: bool) -> None:
+    """Run one tool host-direct. ARGS_JSON is a JSON object, or - to read it from stdin."""
+    from orchestrator.agent import Agent
+
+    raw = sys.stdin.read() if args_json == "-" else args_json
+    try:
+        args = json.loads(raw or "{}")
+    except json.JSONDecodeError as exc:
+        raise click.UsageError(f"ARGS_JSON is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    if not isinstance(args, dict):
+        raise click.UsageError("ARGS_JSON must be a JSON object")
+    with Agent() as agent:
+        session = agent.session(workspace, SessionOptions(tool_result_transform_policy=_policy(policy)))
+        result = session.tool(name, args)
+    if as_json:
+        data = result.to_json()
+        data.pop("trust", None)
+        click.echo(json.dumps(data, ensure_ascii=False))
+    else:
+        stream = sys.stdout if result.exit_code == 0 else sys.stderr
+        stream.write(result.output if result.output.endswith("\n") else result.output + "\n")
+    sys.exit(0 if result.exit_code == 0 else 1)
+
+
+@main.command("artifact")
+@click.argument("uri")
+@click.option("--workspace", "-w", default=".", show_default=True)
+@_one_line_errors
+def artifact_cmd(uri: str, workspace: str) -> None:
+    """Print an artifact's original bytes (a3s://tool-output/...)."""
+    from pathlib import Path
+
+    from kernel.artifact_files import FileArtifactStore
+    from kernel.workspace import LocalWorkspace
+
+    root = LocalWorkspace(workspace, writable=False).root
+    data = FileArtifactStore(Path(root) / ".a3s" / "artifacts").get(uri)
+    sys.stdout.buffer.write(data)
+    sys.stdout.flush()
+
+
+def _register_fleet_commands() -> None:
+    try:
+        from orchestrator import cli_fleet
+    except ImportError:
+        return
+    cli_fleet.register(main)
+
+
+_register_fleet_commands()
+
+
+if __name__ == "__main__":
+    main()

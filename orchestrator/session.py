@@ -1,0 +1,245 @@
+"""``Session``: the SDK face of one kernel — direct calls, surface, events, snapshot (SPEC S-1, X-1, K-6, R-5).
+
+Every method is a thin door into ``Kernel``: ``tool`` is trusted host-direct, ``governed_tool``
+host-direct through permission + confirmation, ``model_tool_call`` the ``agent`` origin the model
+loop uses. Sync methods run the coroutine on the agent's event-loop thread and wait; ``*_async``
+variants return awaitables usable from any asyncio loop. Direct helpers (``read_file``, ``bash``,
+``glob``…) take no conversation lease: they are host-privileged operations on the workspace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+from kernel.capabilities import ToolCapabilities
+from kernel.errors import Cancelled, ToolError, error_from_kind
+from kernel.events import Event, MemoryEventSink
+from kernel.kernel import Kernel
+from kernel.result import ToolResult
+from kernel.spec import ToolSpec
+from orchestrator.loop import LoopThread
+from orchestrator.snapshot import build_snapshot
+
+CLOSE_SETTLE_S = 5.0
+
+
+class InvocationRuntime:
+    """What a host tool gets for nested calls: always ``governed_nested`` (K-2)."""
+
+    def __init__(self, invoke: Callable[[str, dict[str, Any]], Awaitable[ToolResult]]) -> None:
+        self._invoke = invoke
+
+    async def invoke_tool(self, name: str, args: dict[str, Any]) -> ToolResult:
+        return await self._invoke(name, args)
+
+
+class Session:
+    def __init__(self, kernel: Kernel, loop: LoopThread, memory: MemoryEventSink, workspace_name: str) -> None:
+        self.kernel = kernel
+        self.id = kernel.session_id
+        self.workspace_name = workspace_name
+        self._loop = loop
+        self._memory = memory
+        self._closed = False
+
+    # ---- calls --------------------------------------------------------------------------------
+
+    def tool(self, name: str, args: dict[str, Any] | None = None) -> ToolResult:
+        """Trusted host-direct call: skips model-side permission and confirmation, never the pre-hooks."""
+        return self._wait(self.kernel.invoke_host(name, args or {}), name)
+
+    def governed_tool(self, name: str, args: dict[str, Any] | None = None) -> ToolResult:
+        """Host-direct call that still goes through permission policy and confirmation."""
+        return self._wait(self.kernel.invoke_host(name, args or {}, governed=True), name)
+
+    def model_tool_call(self, name: str, args: dict[str, Any] | None = None) -> ToolResult:
+        """A call with the ``agent`` origin, as the model loop makes it (full policy + confirmation)."""
+        return self._wait(self.kernel.invoke_agent(name, args or {}), name)
+
+    def tool_async(self, name: str, args: dict[str, Any] | None = None) -> Awaitable[ToolResult]:
+        return self._future(self.kernel.invoke_host(name, args or {}))
+
+    def governed_tool_async(self, name: str, args: dict[str, Any] | None = None) -> Awaitable[ToolResult]:
+        return self._future(self.kernel.invoke_host(name, args or {}, governed=True))
+
+    def _future(self, coro: Any) -> Awaitable[ToolResult]:
+        fut = self._loop.submit(coro)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return fut  # type: ignore[return-value]
+        return asyncio.wrap_future(fut)
+
+    def _wait(self, coro: Any, name: str) -> ToolResult:
+        if self._closed:
+            coro.close()
+            return ToolResult.failure(name, Cancelled(f"Tool '{name}' cancelled: session closed", op=name))
+        fut = self._loop.submit(coro)
+        try:
+            return fut.result()
+        except concurrent.futures.CancelledError:
+            return ToolResult.failure(name, Cancelled(f"Tool '{name}' cancelled: session closed", op=name))
+
+    # ---- surface ------------------------------------------------------------------------------
+
+    def tool_names(self) -> list[str]:
+        return self.kernel.registry.names()
+
+    def tool_definitions(self) -> list[dict[str, Any]]:
+        return self.kernel.registry.definitions()
+
+    def active_tools(self) -> list[dict[str, Any]]:
+        return [dict(v) for v in list(self.kernel.active.values())]
+
+    def register_tool(
+        self,
+        name: str,
+        handler: Callable[..., Any],
+        *,
+        description: str,
+        parameters: dict[str, Any],
+        capabilities: ToolCapabilities | dict[str, Any] | None = None,
+        visible: bool = True,
+    ) -> None:
+        """A host tool. ``handler(args)`` or ``handler(args, runtime)``, sync or async, → ``str`` | ``ToolResult``."""
+        caps = _capabilities(capabilities)
+        wants_runtime = len(inspect.signature(handler).parameters) >= 2
+        is_async = inspect.iscoroutinefunction(handler)
+
+        async def run(ctx: Any, args: dict[str, Any]) -> Any:
+            extra = (InvocationRuntime(ctx.invoke),) if wants_runtime else ()
+            if is_async:
+                return await handler(args, *extra)
+            if wants_runtime:
+                # A sync handler that nests calls would block the loop it needs: give it a thread.
+                return await asyncio.to_thread(handler, args, *extra)
+            return await asyncio.to_thread(handler, args)
+
+        spec = ToolSpec(
+            name=name,
+            description=description,
+            parameters=parameters,
+            run=run,
+            capabilities=lambda _p: caps,
+            visible=visible,
+        )
+        self.kernel.registry.register(spec)
+
+    def unregister_tool(self, name: str) -> bool:
+        return self.kernel.registry.unregister(name)
+
+    # ---- events, snapshot, artifacts, close ---------------------------------------------------
+
+    def events(self, after_seq: int = 0) -> Iterator[Event]:
+        return iter(self._memory.snapshot(after_seq))
+
+    def snapshot(self) -> dict[str, Any]:
+        return build_snapshot(self.kernel, self.workspace_name)
+
+    def read_artifact(self, uri: str) -> bytes:
+        return self.kernel.artifacts.get(uri)
+
+    def close(self) -> None:
+        """K-6: cancel every running call (host-direct included) and wait for them to settle."""
+        if self._closed:
+            return
+        self._closed = True
+        done = self._loop.call(self.kernel.close)
+        done.result(timeout=CLOSE_SETTLE_S)
+        self._loop.run(self._drain(), timeout=CLOSE_SETTLE_S)
+        on_close = self.kernel.services.get("on_close")
+        if callable(on_close):
+            on_close()
+
+    async def _drain(self) -> None:
+        for _ in range(int(CLOSE_SETTLE_S / 0.01)):
+            if not self.kernel.active:
+                return
+            await asyncio.sleep(0.01)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- direct helpers (X-1) -----------------------------------------------------------------
+
+    def read_file(self, path: str, offset: int | None = None, limit: int | None = None) -> str:
+        args: dict[str, Any] = {"file_path": path}
+        if offset is not None:
+            args["offset"] = offset
+        if limit is not None:
+            args["limit"] = limit
+        return _text(self.tool("read", args))
+
+    def write_file(self, path: str, content: str) -> ToolResult:
+        return self.tool("write", {"file_path": path, "content": content})
+
+    def ls(self, path: str | None = None) -> ToolResult:
+        return self.tool("ls", {"path": path or ""})
+
+    def edit_file(self, path: str, old_string: str, new_string: str, replace_all: bool = False) -> ToolResult:
+        return self.tool(
+            "edit", {"file_path": path, "old_string": old_string, "new_string": new_string, "replace_all": replace_all}
+        )
+
+    def patch_file(self, path: str, diff: str) -> ToolResult:
+        return self.tool("patch", {"file_path": path, "diff": diff})
+
+    def bash(self, command: str, timeout: int | None = None) -> str:
+        args: dict[str, Any] = {"command": command}
+        if timeout is not None:
+            args["timeout"] = timeout
+        result = self.tool("bash", args)
+        if result.error_kind:
+            raise error_from_kind(result.error_kind, result.output)
+        return result.output
+
+    def grep(self, pattern: str, **kwargs: Any) -> str:
+        return _text(self.tool("search", {"mode": "grep", "query": pattern, **kwargs}))
+
+    def glob(self, pattern: str, **kwargs: Any) -> list[str]:
+        result = self.tool("search", {"mode": "glob", "query": pattern, **kwargs})
+        _text(result)
+        paths = result.metadata.get("paths")
+        if isinstance(paths, list):
+            return [str(p) for p in paths]
+        return [line for line in result.output.splitlines() if line and not line.startswith(("More ", "("))]
+
+    def git(self, command: str | dict[str, Any], subcommand: str | None = None, **kwargs: Any) -> ToolResult:
+        if isinstance(command, dict):
+            return self.tool("git", command)
+        args: dict[str, Any] = {"command": command, **{k: v for k, v in kwargs.items() if v is not None}}
+        if "reference" in args:
+            args["ref"] = args.pop("reference")
+        if subcommand is not None:
+            args["subcommand"] = subcommand
+        return self.tool("git", args)
+
+    def batch(self, invocations: list[dict[str, Any]], max_concurrency: int | None = None) -> ToolResult:
+        args: dict[str, Any] = {"invocations": invocations}
+        if max_concurrency is not None:
+            args["max_concurrency"] = max_concurrency
+        return self.tool("batch", args)
+
+
+def _text(result: ToolResult) -> str:
+    if result.exit_code != 0:
+        raise error_from_kind(result.error_kind, result.output)
+    return result.output
+
+
+def _capabilities(value: ToolCapabilities | dict[str, Any] | None) -> ToolCapabilities:
+    if value is None:
+        return ToolCapabilities.conservative()
+    if isinstance(value, ToolCapabilities):
+        return value
+    try:
+        return ToolCapabilities(**value)
+    except TypeError as exc:
+        raise ToolError(f"invalid capabilities: {exc}") from exc

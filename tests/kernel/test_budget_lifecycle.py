@@ -1,0 +1,81 @@
+"""Budget (hard denial before side effects, soft thresholds) and the invocation lifecycle (SPEC K-3; REFERENCE 5.2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernel import Budget, SessionOptions
+from kernel.errors import KernelFault
+from kernel.lifecycle import Lifecycle, State
+from orchestrator import Agent
+
+
+def test_k3_budget_denies_before_side_effects_and_emits_thresholds(agent: Agent, workspace: Path) -> None:
+    ran: list[int] = []
+    s = agent.session(workspace, SessionOptions(budget=Budget(max_tool_calls=3)))
+    s.register_tool("effect", lambda a: ran.append(1) or "done", description="x", parameters={"type": "object"})
+    results = [s.tool("effect", {}) for _ in range(4)]
+    assert [r.exit_code for r in results] == [0, 0, 0, 1]
+    assert results[3].error_kind and results[3].error_kind["type"] == "budget_exhausted"
+    assert results[3].error_kind["resource"] == "tool_calls"
+    assert len(ran) == 3  # the denied call never ran
+    kinds = [(e.data["kind"], e.data["resource"]) for e in s.events() if e.type == "budget_threshold"]
+    assert kinds == [("soft", "tool_calls"), ("hard", "tool_calls")]
+
+
+def test_k3_output_byte_budget_counts_projected_output(agent: Agent, workspace: Path) -> None:
+    s = agent.session(workspace, SessionOptions(budget=Budget(max_output_bytes=100)))
+    first = s.tool("read", {"file_path": "notes.txt"})
+    assert first.exit_code == 0
+    second = s.tool("read", {"file_path": "README.md"})
+    assert second.error_kind and second.error_kind["resource"] == "output_bytes"
+
+
+def test_k3_wall_time_budget(agent: Agent, workspace: Path) -> None:
+    s = agent.session(workspace, SessionOptions(budget=Budget(max_wall_time_ms=1)))
+    import time
+
+    time.sleep(0.01)
+    res = s.tool("ls", {})
+    assert res.error_kind and res.error_kind["resource"] == "wall_time_ms"
+
+
+def test_lifecycle_has_exactly_one_terminal_transition() -> None:
+    lc = Lifecycle()
+    lc.to(State.ADMITTED)
+    lc.to(State.GATE_PENDING)
+    lc.to(State.RUNNING)
+    lc.to(State.COMPLETED)
+    with pytest.raises(KernelFault):
+        lc.to(State.FAILED)
+    early = Lifecycle()
+    early.to(State.REJECTED)  # terminal straight from created
+    assert early.history == [State.CREATED, State.REJECTED]
+    backwards = Lifecycle()
+    backwards.to(State.RUNNING)
+    with pytest.raises(KernelFault):
+        backwards.to(State.ADMITTED)
+
+
+@pytest.mark.parametrize(
+    ("args", "state"),
+    [
+        ({"file_path": "README.md"}, "completed"),
+        ({"file_path": "missing.md"}, "failed"),
+        ({"bogus": 1}, "failed"),
+    ],
+)
+def test_lifecycle_state_reported_in_tool_end(agent: Agent, workspace: Path, args: dict[str, Any], state: str) -> None:
+    s = agent.session(workspace)
+    s.tool("read", args)
+    ends = [e.data["state"] for e in s.events() if e.type == "tool_end"]
+    assert ends == [state]
+
+
+def test_lifecycle_rejected_for_policy_denials(agent: Agent, workspace: Path) -> None:
+    s = agent.session(workspace)
+    s.model_tool_call("read", {"file_path": "README.md"})
+    assert [e.data["state"] for e in s.events() if e.type == "tool_end"] == ["rejected"]

@@ -1,0 +1,192 @@
+"""Diagnostics for text that was expected but not found (``edit`` misses, ``patch`` context mismatches).
+
+A model that misses usually copied almost the right text: a tab where the file has spaces, a
+regular space where the file has a non-breaking space (U+00A0), LF where the file has CRLF, curly
+quotes. So a miss is explained by (1) the closest region of the file, (2) the first differing
+character on each side *named by its code point*, and (3) an explicit sentence when the
+difference is one of those usual culprits. All work is bounded (``MAX_SCAN_LINES``,
+``MAX_SCAN_CHARS``, ``MAX_SHOWN_LINES``) so a huge file cannot make a failure slow or long.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable
+from difflib import SequenceMatcher
+
+MAX_SCAN_LINES = 20_000
+MAX_SCAN_CHARS = 4 * 1024 * 1024
+MAX_SHOWN_LINES = 6
+MAX_SHOWN_LINE_CHARS = 200
+REFINE_RADIUS = 3
+
+_CONTROL_NAMES = {
+    "\t": "CHARACTER TABULATION (tab)",
+    "\n": "LINE FEED (LF)",
+    "\r": "CARRIAGE RETURN (CR)",
+    "\x0b": "LINE TABULATION",
+    "\x0c": "FORM FEED",
+    "\x00": "NULL",
+}
+_QUOTES = {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'}
+_SPACES_LIKE = {"\u00a0", "\u2007", "\u202f", "\u200b", "\ufeff", "\u3000", "\u2009"}
+
+
+def describe_char(ch: str | None) -> str:
+    """``U+00A0 NO-BREAK SPACE``; ``end of text`` for None."""
+    if ch is None:
+        return "end of text"
+    name = _CONTROL_NAMES.get(ch) or unicodedata.name(ch, "UNNAMED CHARACTER")
+    return f"U+{ord(ch):04X} {name}"
+
+
+def culprit_hint(wanted: str | None, found: str | None) -> str | None:
+    """One sentence naming the usual culprit when (wanted, found) is one of them."""
+    pair = {wanted, found}
+    if "\r" in pair and ("\n" in pair or None in pair):
+        side = "the file" if found == "\r" else "old_string"
+        return (
+            f"Line endings differ: {side} has CRLF (\\r\\n) here and the other side LF. "
+            "Use the file's line endings (or plain \\n in a file that is CRLF throughout)."
+        )
+    if pair == {"\t", " "}:
+        return (
+            "Tabs vs spaces: the file has a tab where old_string has a space"
+            if found == "\t"
+            else "Tabs vs spaces: the file has a space where old_string has a tab"
+        ) + " (check the indentation)."
+    for ch in pair:
+        if ch in _SPACES_LIKE:
+            where = "the file" if found == ch else "old_string"
+            return (
+                f"Invisible character: {where} has {describe_char(ch)} where the other side has "
+                f"{describe_char(found if where == 'old_string' else wanted)}; a plain space will not match it."
+            )
+    if pair & set(_QUOTES):
+        return "Quote style differs: one side has typographic (curly) quotes, the other ASCII quotes."
+    return None
+
+
+def first_difference(wanted: str, found: str) -> int:
+    """Index of the first differing character (``len`` of the shorter one when one is a prefix)."""
+    n = min(len(wanted), len(found))
+    for i in range(n):
+        if wanted[i] != found[i]:
+            return i
+    return n
+
+
+def describe_difference(wanted: str, found: str, *, wanted_label: str = "expected") -> str:
+    """``first difference at column C: expected U+0020 SPACE, found U+00A0 NO-BREAK SPACE. <hint>``."""
+    i = first_difference(wanted, found)
+    w = wanted[i] if i < len(wanted) else None
+    f = found[i] if i < len(found) else None
+    text = (
+        f"first difference at column {i + 1}: {wanted_label} {describe_char(w)}, file has {describe_char(f)}."
+    )
+    hint = culprit_hint(w, f)
+    return f"{text} {hint}" if hint else text
+
+
+# Whole-text probes: if old_string matches once this difference is erased, we know the culprit.
+_PROBES: list[tuple[str, Callable[[str], str]]] = [
+    ("line endings (CRLF vs LF)", lambda s: s.replace("\r\n", "\n")),
+    ("non-breaking or other invisible spaces", lambda s: re.sub("[\u00a0\u2007\u202f\u2009\u3000]", " ", s)),
+    ("tabs vs spaces (indentation)", lambda s: re.sub(r"[ \t]+", " ", s)),
+    ("trailing whitespace", lambda s: re.sub(r"[ \t]+(?=\r?\n|$)", "", s)),
+    ("typographic quotes", lambda s: s.translate(str.maketrans(_QUOTES))),
+]
+
+
+def explain_miss(needle: str, haystack: str) -> str:
+    """The text appended to ``old_string not found in P`` (may be empty for an empty file)."""
+    if not haystack:
+        return "The file is empty."
+    if len(haystack) > MAX_SCAN_CHARS:
+        return f"(The file is larger than {MAX_SCAN_CHARS} characters; no closest-match search was run.)"
+    lines: list[str] = []
+    probe_line: int | None = None
+    for label, fn in _PROBES:
+        n, h = fn(needle), fn(haystack)
+        idx = h.find(n) if n else -1
+        if idx >= 0:
+            lines.append(f"old_string would match if {label} were ignored.")
+            probe_line = h.count("\n", 0, idx)
+            break
+    hay_lines = haystack.splitlines(keepends=True)
+    needle_lines = needle.splitlines(keepends=True) or [needle]
+    start = probe_line if probe_line is not None else _closest_start(hay_lines, needle_lines)
+    if start is None:
+        return " ".join(lines)
+    end = min(len(hay_lines), start + len(needle_lines))
+    window = "".join(hay_lines[start:end])
+    offset = _align(needle_lines[0], hay_lines[start])
+    ratio = SequenceMatcher(None, needle, window[offset:], autojunk=False).ratio()
+    lines.append(f"Closest match: lines {start + 1}-{end} (similarity {ratio:.2f}):")
+    for k in range(start, min(end, start + MAX_SHOWN_LINES)):
+        shown = hay_lines[k].rstrip("\r\n")
+        if len(shown) > MAX_SHOWN_LINE_CHARS:
+            shown = shown[:MAX_SHOWN_LINE_CHARS] + "…"
+        lines.append(f"  {k + 1:>6}: {shown}")
+    if end - start > MAX_SHOWN_LINES:
+        lines.append(f"  ... ({end - start - MAX_SHOWN_LINES} more lines)")
+    i = first_difference(needle, window[offset:])
+    w = needle[i] if i < len(needle) else None
+    f = window[offset + i] if offset + i < len(window) else None
+    pos = offset + i
+    line_no = start + window.count("\n", 0, pos) + 1
+    col = pos - (window.rfind("\n", 0, pos) + 1) + 1
+    lines.append(
+        f"First difference at line {line_no}, column {col}: old_string has {describe_char(w)}, "
+        f"the file has {describe_char(f)}."
+    )
+    hint = culprit_hint(w, f)
+    if hint:
+        lines.append(hint)
+    return "\n".join(lines)
+
+
+def _norm(line: str) -> str:
+    return " ".join(line.replace("\u00a0", " ").split())
+
+
+def _closest_start(hay_lines: list[str], needle_lines: list[str]) -> int | None:
+    """Start line of the window most like the needle: anchor on its longest line, then refine."""
+    if not hay_lines:
+        return None
+    n = len(needle_lines)
+    anchor_idx = max(range(n), key=lambda i: len(needle_lines[i].strip()))
+    sm = SequenceMatcher(None, autojunk=False)
+    sm.set_seq2(_norm(needle_lines[anchor_idx]))
+    best_ratio, best_i = -1.0, 0
+    for i, line in enumerate(hay_lines[:MAX_SCAN_LINES]):
+        sm.set_seq1(_norm(line))
+        if sm.real_quick_ratio() <= best_ratio or sm.quick_ratio() <= best_ratio:
+            continue
+        r = sm.ratio()
+        if r > best_ratio:
+            best_ratio, best_i = r, i
+    last_start = max(0, len(hay_lines) - n)
+    guess = min(max(0, best_i - anchor_idx), last_start)
+    needle = "".join(needle_lines)
+    best = (-1.0, guess)
+    for s in range(max(0, guess - REFINE_RADIUS), min(last_start, guess + REFINE_RADIUS) + 1):
+        r = SequenceMatcher(None, needle, "".join(hay_lines[s : s + n]), autojunk=False).ratio()
+        if r > best[0]:
+            best = (r, s)
+    return best[1]
+
+
+def _align(needle_first: str, hay_line: str) -> int:
+    """Where in the file's line the needle's first line begins (old_string may start mid-line)."""
+    head = needle_first.rstrip("\r\n")
+    if not head:
+        return 0
+    idx = hay_line.find(head)
+    if idx >= 0:
+        return idx
+    m = SequenceMatcher(None, head, hay_line, autojunk=False).find_longest_match(
+        0, len(head), 0, len(hay_line)
+    )
+    return max(0, m.b - m.a) if m.size else 0

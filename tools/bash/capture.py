@@ -1,0 +1,147 @@
+"""Bounded head/tail capture of a command's two output streams (SPEC B-2; REFERENCE 4.7).
+
+One budget of ``BUDGET_BYTES`` (100 KiB) covers stdout *and* stderr together, in arrival order:
+the first ``HEAD_BYTES`` (64 KiB) that arrive are kept as the head, the last ``TAIL_BYTES``
+(36 KiB) as the tail, everything between is counted and dropped. Each retained chunk remembers
+which stream it came from, so each stream stays separately readable: a stream's chunks in the head
+are a prefix of that stream and its chunks in the tail a suffix, so a per-stream view is
+``head + marker + tail`` with its own exact counts.
+
+Invariants:
+- memory held is at most ``BUDGET_BYTES`` plus the chunk being fed (callers read
+  ``READ_CHUNK_BYTES`` at a time), however much the command prints;
+- ``total_bytes`` is exact for each stream and overall; nothing is ever decoded before rendering;
+- the marker reads ``[command output truncated: retained the first H and last T of N bytes]``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Stream = Literal["stdout", "stderr"]
+STREAMS: tuple[Stream, ...] = ("stdout", "stderr")
+
+HEAD_BYTES = 64 * 1024
+TAIL_BYTES = 36 * 1024
+BUDGET_BYTES = HEAD_BYTES + TAIL_BYTES
+READ_CHUNK_BYTES = 8 * 1024
+
+
+def truncation_marker(head: int, tail: int, total: int) -> str:
+    return f"[command output truncated: retained the first {head} and last {tail} of {total} bytes]"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamView:
+    """One stream's retained bytes: ``head`` is a prefix of the stream, ``tail`` a suffix."""
+
+    stream: Stream
+    head: bytes
+    tail: bytes
+    total_bytes: int
+
+    @property
+    def captured_bytes(self) -> int:
+        return len(self.head) + len(self.tail)
+
+    @property
+    def truncated(self) -> bool:
+        return self.total_bytes > self.captured_bytes
+
+    @property
+    def text(self) -> str:
+        """Head, the truncation marker when bytes were dropped, tail (invalid UTF-8 replaced)."""
+        head = self.head.decode("utf-8", "replace")
+        if not self.truncated:
+            return head + self.tail.decode("utf-8", "replace")
+        marker = truncation_marker(len(self.head), len(self.tail), self.total_bytes)
+        sep = "" if not head or head.endswith("\n") else "\n"
+        return f"{head}{sep}{marker}\n{self.tail.decode('utf-8', 'replace')}"
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "total_bytes": self.total_bytes,
+            "captured_bytes": self.captured_bytes,
+            "truncated": self.truncated,
+            "text": self.text,
+        }
+
+
+class OutputCapture:
+    """Feed chunks as they arrive; read per-stream views and the combined summary at the end."""
+
+    def __init__(self, head_bytes: int = HEAD_BYTES, tail_bytes: int = TAIL_BYTES) -> None:
+        if head_bytes < 0 or tail_bytes < 0:
+            raise ValueError("head_bytes and tail_bytes must be >= 0")
+        self._head_limit = head_bytes
+        self._tail_limit = tail_bytes
+        self._head: list[tuple[Stream, bytes]] = []
+        self._head_len = 0
+        self._tail: deque[tuple[Stream, bytes]] = deque()
+        self._tail_len = 0
+        self._totals: dict[Stream, int] = {"stdout": 0, "stderr": 0}
+
+    def feed(self, stream: Stream, data: bytes) -> bytes:
+        """Account ``data`` to ``stream``; return the part that landed in the head (for live deltas)."""
+        self._totals[stream] += len(data)
+        head_part = b""
+        room = self._head_limit - self._head_len
+        if room > 0 and data:
+            head_part = data[:room]
+            self._head.append((stream, head_part))
+            self._head_len += len(head_part)
+            data = data[room:]
+        if data and self._tail_limit:
+            self._tail.append((stream, data))
+            self._tail_len += len(data)
+            # Drop from the front until the tail fits again: the tail is a sliding window.
+            while self._tail_len > self._tail_limit:
+                excess = self._tail_len - self._tail_limit
+                first_stream, first = self._tail[0]
+                if len(first) <= excess:
+                    self._tail.popleft()
+                    self._tail_len -= len(first)
+                else:
+                    self._tail[0] = (first_stream, first[excess:])
+                    self._tail_len -= excess
+        return head_part
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self._totals.values())
+
+    @property
+    def captured_bytes(self) -> int:
+        return self._head_len + self._tail_len
+
+    @property
+    def truncated(self) -> bool:
+        return self.total_bytes > self.captured_bytes
+
+    def view(self, stream: Stream) -> StreamView:
+        head = b"".join(chunk for s, chunk in self._head if s == stream)
+        tail = b"".join(chunk for s, chunk in self._tail if s == stream)
+        return StreamView(stream=stream, head=head, tail=tail, total_bytes=self._totals[stream])
+
+    def render(self) -> str:
+        """Model-facing text: stdout then stderr, labelled only when both printed something."""
+        out, err = self.view("stdout"), self.view("stderr")
+        if out.total_bytes and err.total_bytes:
+            out_text = out.text if out.text.endswith("\n") else out.text + "\n"
+            return f"[stdout]\n{out_text}[stderr]\n{err.text}"
+        return err.text if err.total_bytes else out.text
+
+    def summary(self, *, timed_out: bool) -> dict[str, Any]:
+        """The ``output`` metadata: the reference's four keys plus one view per stream."""
+        return {
+            "total_bytes": self.total_bytes,
+            "captured_bytes": self.captured_bytes,
+            "truncated": self.truncated,
+            "timed_out": timed_out,
+            "head_bytes_limit": self._head_limit,
+            "tail_bytes_limit": self._tail_limit,
+            "stdout": self.view("stdout").summary(),
+            "stderr": self.view("stderr").summary(),
+        }

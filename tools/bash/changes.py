@@ -1,0 +1,123 @@
+"""``changed_paths``: which workspace files a bash call changed, from cheap before/after snapshots (REFERENCE 4.7).
+
+Two snapshot kinds, chosen by the workspace:
+
+- **git** (the workspace root holds ``.git``): the working-tree status (``git status --porcelain``
+  semantics, untracked files listed individually) read with pygit2, plus size and mtime of every
+  dirty path, so a file that was already modified and is modified again is still reported. We use
+  libgit2 rather than a ``git`` subprocess on purpose: the command may have rewritten
+  ``.git/config`` (the sandbox leaves the workspace writable), and a host ``git status`` would run
+  a configured ``core.fsmonitor`` hook or clean filter — code execution outside the sandbox.
+  libgit2 runs neither.
+- **mtime** (no repository): size and mtime of every regular file under the root (``.git`` and
+  ``.a3s`` skipped, symlinks not followed), at most ``MTIME_SNAPSHOT_MAX_FILES`` files.
+
+Each snapshot runs in a worker thread under a ``SNAPSHOT_BUDGET_S`` (400 ms) budget; when either
+side runs out of budget or files, ``changed_paths`` is None ("unknown"), never a partial guess.
+A snapshot thread that overruns is abandoned (its result is dropped; libgit2 cannot be interrupted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat as stat_mod
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+SNAPSHOT_BUDGET_S = 0.4
+MTIME_SNAPSHOT_MAX_FILES = 20_000
+MAX_DIRTY_PATHS_STATTED = 5_000
+MAX_CHANGED_PATHS = 1_000
+SKIPPED_DIRS = frozenset({".git", ".a3s"})
+
+SnapshotKind = Literal["git", "mtime"]
+Entry = tuple[int, int, int]  # (git status flags or 0, size or -1, mtime_ns or -1)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    kind: SnapshotKind
+    entries: dict[str, Entry]
+
+
+class _Unknown(Exception):
+    """The snapshot cannot be taken (over budget, too many files, not a readable repository)."""
+
+
+async def take_snapshot(root: Path) -> Snapshot | None:
+    """A snapshot of ``root`` within the budget, or None when it could not be taken in time."""
+    kind: SnapshotKind = "git" if (root / ".git").exists() else "mtime"
+    loop = asyncio.get_running_loop()
+    deadline = time.monotonic() + SNAPSHOT_BUDGET_S
+    fn = _git_snapshot if kind == "git" else _mtime_snapshot
+    future = loop.run_in_executor(None, fn, root, deadline)
+    try:
+        entries = await asyncio.wait_for(asyncio.shield(future), SNAPSHOT_BUDGET_S)
+    except TimeoutError:
+        future.add_done_callback(_swallow)
+        return None
+    except (_Unknown, OSError):
+        return None
+    return Snapshot(kind, entries)
+
+
+def changed_paths(before: Snapshot | None, after: Snapshot | None) -> list[str] | None:
+    """Sorted workspace-relative paths whose snapshot entry differs; None when unknown."""
+    if before is None or after is None or before.kind != after.kind:
+        return None
+    keys = before.entries.keys() | after.entries.keys()
+    return sorted(k for k in keys if before.entries.get(k) != after.entries.get(k))
+
+
+def _swallow(future: asyncio.Future[object]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+def _git_snapshot(root: Path, deadline: float) -> dict[str, Entry]:
+    import pygit2
+
+    try:
+        repo = pygit2.Repository(str(root))
+        status = repo.status(untracked_files="all")
+    except (pygit2.GitError, KeyError, ValueError) as exc:
+        raise _Unknown(str(exc)) from exc
+    if time.monotonic() > deadline:
+        raise _Unknown
+    entries: dict[str, Entry] = {}
+    for i, (path, flags) in enumerate(status.items()):
+        if flags == pygit2.enums.FileStatus.CURRENT or flags & pygit2.enums.FileStatus.IGNORED:
+            continue
+        size, mtime = -1, -1
+        if i < MAX_DIRTY_PATHS_STATTED:
+            try:
+                st = os.lstat(root / path)
+                size, mtime = st.st_size, st.st_mtime_ns
+            except OSError:
+                pass
+        entries[path] = (int(flags), size, mtime)
+    return entries
+
+
+def _mtime_snapshot(root: Path, deadline: float) -> dict[str, Entry]:
+    entries: dict[str, Entry] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        if time.monotonic() > deadline:
+            raise _Unknown
+        dirnames[:] = [d for d in dirnames if d not in SKIPPED_DIRS]
+        rel_dir = os.path.relpath(dirpath, root)
+        for name in filenames:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            if not stat_mod.S_ISREG(st.st_mode):
+                continue
+            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+            entries[rel] = (0, st.st_size, st.st_mtime_ns)
+            if len(entries) > MTIME_SNAPSHOT_MAX_FILES:
+                raise _Unknown
+    return entries

@@ -1,0 +1,272 @@
+"""The ``bash`` tool: parameters, sandbox routing, session cwd and the result (SPEC B-2, K-6; REFERENCE 4.7).
+
+Parameters: ``command`` (required), ``timeout`` (ms, default ``DEFAULT_TIMEOUT_MS``; below
+``MIN_TIMEOUT_MS`` clamped up), ``sandbox_permissions`` (``use_default`` | ``require_escalated``),
+``justification`` (required with ``require_escalated``; checked at validation, so before
+confirmation). ``require_escalated`` always asks for confirmation and runs on the host.
+
+Sandbox routing (``ctx.settings.bash_sandbox``: ``auto`` default | ``always`` | ``never``):
+
+- governed calls (model-side origins) run inside the sandbox; with none available (not installed,
+  probe failed, ``never``, or ``ctx.services["sandbox"].available`` false) they fail closed with
+  "bash requires a configured sandbox" and ``sandbox_available:false, sandboxed:false`` — the
+  command never starts. ``never`` therefore never *weakens* a governed call; it only keeps
+  host-direct calls out of the sandbox.
+- host-direct calls run unsandboxed, unless the setting is ``always`` (then they need the sandbox
+  exactly like governed calls).
+- ``require_escalated`` + ``justification`` skips the sandbox in every case (after confirmation).
+
+Result: ``ToolResult.exit_code`` keeps the kernel's 0/1 meaning (1 when the command exited
+non-zero); the real process exit code is ``metadata.exit_code`` (128+N for signal N) and is named
+in the output. A timeout is an error ``Command timed out after Nms`` with
+``timeout{op:"bash", duration_ms:N}`` (N = the effective deadline: the clamped ``timeout``, or
+less when the invocation's own deadline is sooner), still carrying the captured output and
+metadata. Cancellation kills the group and re-raises (the kernel reports ``cancelled``).
+Metadata: ``exit_code, sandboxed, sandbox_available (when consulted), output{total_bytes,
+captured_bytes, truncated, timed_out, stdout{…,text}, stderr{…,text}}, timeout_ms,
+changed_paths, changed_paths_source, cwd, duration_ms``.
+
+Session cwd: ``ctx.session_state["bash"]["cwd"]`` holds a workspace-relative directory. Each call
+starts there (falling back to the root if it vanished or now resolves outside), and keeps the
+directory the shell reported at exit only if it is inside the workspace and not internal
+(``.a3s``). A killed (timed-out) shell reports nothing, so its ``cd`` is not kept either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from kernel.capabilities import ToolCapabilities
+from kernel.context import ToolContext
+from kernel.errors import Timeout, Unsupported
+from kernel.result import ToolResult
+from kernel.spec import ToolSpec
+from tools.bash.capture import OutputCapture, Stream
+from tools.bash.changes import MAX_CHANGED_PATHS, changed_paths, take_snapshot
+from tools.bash.runner import run_shell
+from tools.bash.sandbox import BwrapSandbox, Sandbox, default_sandbox
+
+NAME = "bash"
+DEFAULT_TIMEOUT_MS = 120_000
+MIN_TIMEOUT_MS = 1_000
+SANDBOX_MODES = ("auto", "always", "never")
+INTERNAL_DIR = ".a3s"
+SANDBOX_REQUIRED = "bash requires a configured sandbox"
+# Added to the inherited environment: no interactive prompts, no pagers waiting on a terminal.
+EXTRA_ENV = {"CI": "1", "GIT_TERMINAL_PROMPT": "0", "PAGER": "cat", "GIT_PAGER": "cat"}
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(min_length=1, description="The shell command, run with `bash -c` in the session's cwd.")
+    timeout: int = Field(
+        default=DEFAULT_TIMEOUT_MS,
+        ge=0,
+        description=f"Timeout in milliseconds (default {DEFAULT_TIMEOUT_MS}; values below {MIN_TIMEOUT_MS} are raised to {MIN_TIMEOUT_MS}). Covers reading all output and the exit.",
+    )
+    sandbox_permissions: Literal["use_default", "require_escalated"] = Field(
+        default="use_default",
+        description="`require_escalated` runs outside the sandbox on the host, after human confirmation; needs `justification`.",
+    )
+    justification: str | None = Field(
+        default=None, description="Why the command must run outside the sandbox (required with require_escalated)."
+    )
+
+    @field_validator("command")
+    @classmethod
+    def _no_nul(cls, value: str) -> str:
+        if "\x00" in value:
+            raise PydanticCustomError("nul_byte", "command must not contain NUL bytes")
+        return value
+
+    @model_validator(mode="after")
+    def _justified(self) -> Params:
+        if self.sandbox_permissions == "require_escalated" and not (self.justification or "").strip():
+            raise PydanticCustomError("justification_required", "justification is required")
+        return self
+
+
+DESCRIPTION = (
+    "Run a shell command with `bash -c` in the workspace. The working directory persists between "
+    "calls of a session (a `cd` outside the workspace is not kept). stdin is /dev/null; CI=1, "
+    "GIT_TERMINAL_PROMPT=0 and PAGER=cat are set. Output of both streams is capped at 100 KiB "
+    "(first 64 KiB + last 36 KiB, with exact byte counts); stdout and stderr are reported "
+    "separately. The timeout (ms) covers the whole run; on timeout or cancellation every process "
+    "the command started is killed. Model-initiated commands run in a sandbox: read-only system, "
+    "writable workspace, private /tmp, no network. Use sandbox_permissions=require_escalated with "
+    "a justification only when the command truly needs the host (asks a human first)."
+)
+
+
+def capabilities(_params: Params) -> ToolCapabilities:
+    return ToolCapabilities.conservative()
+
+
+def requires_confirmation(params: Params) -> bool:
+    return params.sandbox_permissions == "require_escalated"
+
+
+def subject(params: Params) -> str:
+    return params.command
+
+
+async def run(ctx: ToolContext, params: Params) -> ToolResult:
+    root = ctx.workspace.root
+    if root is None or "exec" not in ctx.workspace.capabilities:
+        raise Unsupported("bash needs a local workspace with the exec capability")
+    root = Path(os.path.realpath(root))
+    timeout_ms = max(params.timeout, MIN_TIMEOUT_MS)
+    escalated = params.sandbox_permissions == "require_escalated"
+
+    sandbox: Sandbox | None = None
+    sandbox_available: bool | None = None
+    if not escalated and _wants_sandbox(ctx):
+        sandbox, sandbox_available = await _sandbox_for(ctx)
+        if not sandbox_available:
+            return _fail_closed(timeout_ms)
+
+    state = ctx.session_state.setdefault(NAME, {})
+    cwd_rel = _usable_cwd(root, state.get("cwd", ""))
+    cwd = root / cwd_rel if cwd_rel else root
+
+    effective_ms = max(0, min(timeout_ms, int(ctx.remaining_s() * 1000)))
+    capture = OutputCapture()
+    before = await take_snapshot(root)
+    wrap = None
+    if sandbox is not None:
+        chosen = sandbox
+
+        def wrap(argv: list[str]) -> list[str]:
+            return chosen.wrap(argv, root, cwd)
+
+    outcome = await run_shell(
+        params.command,
+        cwd=str(cwd),
+        env=_environment(),
+        timeout_s=effective_ms / 1000,
+        capture=capture,
+        wrap=wrap,
+        on_output=lambda stream, data: _emit(ctx, stream, data),
+    )
+    after = await take_snapshot(root)
+
+    if outcome.final_cwd is not None:
+        reported = _relative_inside(root, outcome.final_cwd)
+        if reported is not None:
+            cwd_rel = reported
+    state["cwd"] = cwd_rel
+
+    changed = changed_paths(before, after)
+    metadata: dict[str, Any] = {
+        "exit_code": outcome.exit_code,
+        "sandboxed": sandbox is not None,
+        "output": capture.summary(timed_out=outcome.timed_out),
+        "timeout_ms": timeout_ms,
+        "changed_paths": changed[:MAX_CHANGED_PATHS] if changed is not None else None,
+        "changed_paths_source": before.kind if changed is not None and before is not None else None,
+        "cwd": cwd_rel or ".",
+        "duration_ms": outcome.duration_ms,
+    }
+    if changed is not None and len(changed) > MAX_CHANGED_PATHS:
+        metadata["changed_paths_truncated"] = True
+    if sandbox_available is not None:
+        metadata["sandbox_available"] = sandbox_available
+    if outcome.returncode is not None and outcome.returncode < 0:
+        metadata["signal"] = -outcome.returncode
+
+    text = capture.render()
+    if outcome.timed_out:
+        error = Timeout(f"Command timed out after {effective_ms}ms", op=NAME, duration_ms=effective_ms)
+        output = error.message + (f"\n{text}" if text else "")
+        return ToolResult(NAME, output, exit_code=1, metadata=metadata, error_kind=error.to_kind())
+    if outcome.exit_code != 0:
+        sep = "" if not text or text.endswith("\n") else "\n"
+        return ToolResult(NAME, f"{text}{sep}[exit code {outcome.exit_code}]", exit_code=1, metadata=metadata)
+    return ToolResult.success(NAME, text, metadata)
+
+
+def _wants_sandbox(ctx: ToolContext) -> bool:
+    mode = getattr(ctx.settings, "bash_sandbox", "auto")
+    if mode not in SANDBOX_MODES:
+        mode = "auto"
+    return ctx.governed or mode == "always"
+
+
+async def _sandbox_for(ctx: ToolContext) -> tuple[Sandbox | None, bool]:
+    """The sandbox to use and whether it is available (``never`` counts as unavailable)."""
+    if getattr(ctx.settings, "bash_sandbox", "auto") == "never":
+        return None, False
+    sandbox = ctx.services.get("sandbox")
+    if sandbox is None:
+        sandbox = default_sandbox()
+    if isinstance(sandbox, BwrapSandbox) and not sandbox.probed:
+        # The first probe runs bwrap once: keep it off the event loop.
+        await asyncio.to_thread(sandbox.probe)
+    available = bool(sandbox.available)
+    return (sandbox if available else None), available
+
+
+def _fail_closed(timeout_ms: int) -> ToolResult:
+    error = Unsupported(
+        f"{SANDBOX_REQUIRED}, and none is available here. To run this command on the host, call again "
+        'with sandbox_permissions="require_escalated" and a justification (a human will be asked).'
+    )
+    metadata = {"exit_code": None, "sandboxed": False, "sandbox_available": False, "timeout_ms": timeout_ms}
+    return ToolResult.failure(NAME, error, metadata)
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(EXTRA_ENV)
+    return env
+
+
+def _emit(ctx: ToolContext, stream: Stream, data: bytes) -> None:
+    ctx.emit_delta({"stream": stream, "text": data.decode("utf-8", "replace")})
+
+
+def _usable_cwd(root: Path, rel: str) -> str:
+    """``rel`` if it is still a directory inside the workspace, else '' (the root)."""
+    if not rel:
+        return ""
+    candidate = root / rel
+    if not candidate.is_dir():
+        return ""
+    return _relative_inside(root, str(candidate)) or ""
+
+
+def _relative_inside(root: Path, path: str) -> str | None:
+    """The workspace-relative form of ``path`` (physically resolved), or None outside / internal."""
+    real = Path(os.path.realpath(path))
+    if real == root:
+        return ""
+    if root not in real.parents:
+        return None
+    rel = real.relative_to(root).as_posix()
+    if rel == INTERNAL_DIR or rel.startswith(INTERNAL_DIR + "/"):
+        return None
+    return rel
+
+
+TOOL = ToolSpec(
+    name=NAME,
+    description=DESCRIPTION,
+    params=Params,
+    run=run,
+    capabilities=capabilities,
+    requires=frozenset({"exec"}),
+    requires_confirmation=requires_confirmation,
+    subject=subject,
+    builtin=True,
+    examples=(
+        {"command": "ls -la"},
+        {"command": "pytest -q tests/test_api.py", "timeout": 300000},
+    ),
+)

@@ -1,0 +1,130 @@
+"""What a git call works on: the repository behind the workspace, plus paging and cancellation helpers.
+
+- A ``LocalWorkspace`` with the ``git`` capability gives a *working* view: its root is the work
+  tree, every form (read and mutating) is available.
+- A ``GitTreeWorkspace`` gives a *commit* view: the repository is opened again (pygit2 handles are
+  not shared across threads) and pinned to the view's commit; only read forms are served.
+
+Cursors are opaque strings (today: a decimal offset) and are copied back verbatim (SPEC B-1).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pygit2
+
+from kernel.context import ToolContext
+from kernel.errors import Cancelled, InvalidArgument, Timeout, Unsupported
+from kernel.gittree import GitTreeWorkspace, open_repository
+from kernel.workspace import INTERNAL_DIR, Workspace
+
+CURSOR_RE = re.compile(r"^[0-9]{1,10}$")
+FALLBACK_SIGNATURE = ("a3s-fleet", "a3s-fleet@localhost")
+
+
+@dataclass
+class GitView:
+    repo: pygit2.Repository
+    workspace: Workspace
+    # Set for a read-only commit view (GitTreeWorkspace); None for a working tree.
+    commit: pygit2.Commit | None
+
+    @property
+    def read_only(self) -> bool:
+        return self.commit is not None
+
+    @property
+    def root(self) -> Path:
+        if self.workspace.root is None:
+            raise Unsupported("this workspace has no local work tree")
+        return self.workspace.root
+
+    def close(self) -> None:
+        self.repo.free()
+
+
+def open_view(workspace: Workspace) -> GitView:
+    if isinstance(workspace, GitTreeWorkspace):
+        repo = open_repository(workspace.repo_path)
+        commit = repo[workspace.commit_id]
+        assert isinstance(commit, pygit2.Commit)
+        return GitView(repo, workspace, commit)
+    if "git" not in workspace.capabilities or workspace.root is None:
+        raise Unsupported(f"workspace {workspace.name} has no git repository")
+    return GitView(open_repository(workspace.root), workspace, None)
+
+
+def is_internal(path: str) -> bool:
+    """``.a3s/`` holds a3s-fleet's own state: git output never shows or touches it."""
+    return path == INTERNAL_DIR or path.startswith(INTERNAL_DIR + "/")
+
+
+def signature(repo: pygit2.Repository) -> pygit2.Signature:
+    try:
+        return repo.default_signature
+    except (KeyError, pygit2.GitError):
+        return pygit2.Signature(*FALLBACK_SIGNATURE)
+
+
+class Guard:
+    """Polled by loops running in a worker thread: the kernel's cancellation and the deadline."""
+
+    def __init__(self, ctx: ToolContext) -> None:
+        self._ctx = ctx
+        self._started = time.monotonic()
+
+    def check(self) -> None:
+        if self._ctx.cancelled.is_set():
+            raise Cancelled("git call cancelled", op="git")
+        if self._ctx.remaining_s() <= 0:
+            elapsed = int((time.monotonic() - self._started) * 1000)
+            raise Timeout(f"git call timed out after {elapsed}ms", op="git", duration_ms=elapsed)
+
+
+def parse_cursor(cursor: int | str | None) -> int:
+    if cursor is None or cursor == "":
+        return 0
+    if isinstance(cursor, int):
+        if cursor < 0:
+            raise InvalidArgument(f"cursor must be a non-negative offset, got {cursor}")
+        return cursor
+    if not CURSOR_RE.match(cursor):
+        raise InvalidArgument(f"invalid cursor {cursor!r}: pass back the cursor a previous page returned")
+    return int(cursor)
+
+
+def page_list(items: list[Any], offset: int, limit: int, noun: str) -> tuple[list[Any], dict[str, Any]]:
+    """One page of an already computed, stably ordered list; a cursor past the end is an error."""
+    total = len(items)
+    if offset > 0 and offset >= total:
+        raise InvalidArgument(f"cursor {offset} is past the end of the {noun} list ({total} entries)")
+    page = items[offset : offset + limit]
+    end = offset + len(page)
+    has_more = end < total
+    meta = {
+        "offset": offset,
+        "limit": limit,
+        "returned": len(page),
+        "total": total,
+        "has_more": has_more,
+        "next_cursor": str(end) if has_more else None,
+    }
+    return page, meta
+
+
+def relative_to_workspace(view: GitView, path: str | os.PathLike[str]) -> str | None:
+    """``path`` as a workspace-relative string, or None when it lies outside the workspace."""
+    root = view.workspace.root
+    if root is None:
+        return None
+    try:
+        rel = Path(os.path.realpath(os.fspath(path))).relative_to(root)
+    except ValueError:
+        return None
+    return rel.as_posix() if rel.parts else ""

@@ -1,0 +1,269 @@
+"""Mutating forms of the ``git`` tool: branch create, checkout, stash save, worktree create/remove.
+
+Only a working view (a local workspace) serves them; ``run`` refuses them on a commit view before
+anything is opened for writing. Invariants:
+
+- checkout never overwrites local changes unless ``force``: libgit2's SAFE strategy reports every
+  conflicting path to a notify callback *before* touching a file, and those paths become a typed
+  ``version_conflict``; nothing is written;
+- a worktree's directory is a workspace-relative path that went through the workspace resolver;
+  removing a worktree deletes only a directory inside the workspace, and refuses a dirty one
+  unless ``force``;
+- ``.a3s/`` is never stashed (stash is restricted to the other changed paths when it is present).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pygit2
+from pygit2.enums import CheckoutNotify, CheckoutStrategy, FileStatus
+
+from kernel.errors import InvalidArgument, NotFound, PathOutsideWorkspace, Unsupported, VersionConflict
+from kernel.gittree import resolve_commit
+from kernel.workspace import INTERNAL_DIR
+from tools.git.read_ops import head_state
+from tools.git.view import GitView, is_internal, relative_to_workspace, signature
+
+MAX_CHANGED_PATHS = 1000  # paths reported in metadata.changed_paths
+DEFAULT_WORKTREE_DIR = ".worktrees"
+
+Result = tuple[str, dict[str, Any]]
+
+
+def _check_branch_name(name: str | None) -> str:
+    if not name:
+        raise InvalidArgument("name is required (the branch to create)")
+    if not pygit2.reference_is_valid_name(f"refs/heads/{name}"):
+        raise InvalidArgument(f"invalid branch name: {name!r}")
+    return name
+
+
+def branch_create(view: GitView, *, name: str | None, base: str | None) -> Result:
+    repo = view.repo
+    name = _check_branch_name(name)
+    if repo.branches.local.get(name) is not None:
+        raise InvalidArgument(f"branch {name!r} already exists")
+    commit = resolve_commit(repo, base or "HEAD")
+    repo.branches.local.create(name, commit)
+    out = f"Created branch {name} at {str(commit.id)[:7]}"
+    return out, {"branch": name, "target": str(commit.id), "base": base or "HEAD", "created": True}
+
+
+class _CheckoutNotes(pygit2.CheckoutCallbacks):
+    """Collects what a checkout would conflict with, and what it updated."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conflicts: list[str] = []
+        self.updated: list[str] = []
+
+    def checkout_notify_flags(self) -> CheckoutNotify:
+        return CheckoutNotify.CONFLICT | CheckoutNotify.UPDATED
+
+    def checkout_notify(self, why, path, baseline, target, workdir):  # type: ignore[no-untyped-def]
+        if why & CheckoutNotify.CONFLICT:
+            self.conflicts.append(path)
+        elif why & CheckoutNotify.UPDATED and len(self.updated) < MAX_CHANGED_PATHS:
+            self.updated.append(path)
+
+
+def checkout(view: GitView, *, ref: str | None, force: bool) -> Result:
+    repo = view.repo
+    if not ref:
+        raise InvalidArgument("ref is required (a branch, tag or commit to check out)")
+    before = head_state(repo)
+    branch = repo.branches.local.get(ref)
+    if branch is not None:
+        commit = branch.peel(pygit2.Commit)
+        head_target: str | pygit2.Oid = branch.name
+    else:
+        commit = resolve_commit(repo, ref)
+        head_target = commit.id
+    notes = _CheckoutNotes()
+    strategy = CheckoutStrategy.FORCE if force else CheckoutStrategy.SAFE
+    try:
+        repo.checkout_tree(commit, strategy=strategy, callbacks=notes)
+    except pygit2.GitError as exc:
+        if notes.conflicts:
+            shown = ", ".join(sorted(notes.conflicts)[:20])
+            raise VersionConflict(
+                f"checkout of {ref} would overwrite local changes to: {shown}. "
+                "Commit or stash them first, or pass force=true to discard them.",
+                path=sorted(notes.conflicts)[0],
+                expected=str(commit.id),
+                actual="local changes",
+                paths=sorted(notes.conflicts)[:MAX_CHANGED_PATHS],
+            ) from exc
+        raise
+    repo.set_head(head_target)
+    after = head_state(repo)
+    where = f"branch {after['branch']}" if branch is not None else f"detached HEAD at {str(commit.id)[:7]}"
+    out = f"Switched to {where}" + (" (forced: local changes discarded)" if force else "")
+    meta = {
+        "ref": ref,
+        "branch": after["branch"],
+        "head": str(commit.id),
+        "previous_branch": before["branch"],
+        "previous_head": before["head"],
+        "detached": branch is None,
+        "forced": force,
+        "changed_paths": sorted(p for p in notes.updated if not is_internal(p)),
+    }
+    return out, meta
+
+
+def stash_save(view: GitView, *, message: str | None, include_untracked: bool) -> Result:
+    repo = view.repo
+    if repo.head_is_unborn:
+        raise InvalidArgument("cannot stash: the repository has no commits yet")
+    changed = {p: int(f) for p, f in repo.status().items()}
+    eligible = [
+        p
+        for p, f in changed.items()
+        if not is_internal(p) and (include_untracked or f != FileStatus.WT_NEW) and f != FileStatus.IGNORED
+    ]
+    if not eligible:
+        return "No local changes to save", {"stashed": False, "include_untracked": include_untracked}
+    if include_untracked and any(is_internal(p) for p in changed):
+        # libgit2 1.9 sweeps every untracked file into the stash (and deletes it) even when given a
+        # pathspec, so a3s-fleet's own directory is made ignored instead; ignored files are kept.
+        exclude_internal(repo)
+    oid = repo.stash(signature(repo), message, include_untracked=include_untracked)
+    stashes = repo.listall_stashes()
+    label = stashes[0].message if stashes else (message or "")
+    out = f"Saved working directory and index state as stash@{{0}}: {label}"
+    return out, {
+        "stashed": True,
+        "id": str(oid),
+        "name": "stash@{0}",
+        "message": label,
+        "include_untracked": include_untracked,
+        "changed_paths": sorted(eligible)[:MAX_CHANGED_PATHS],
+    }
+
+
+def exclude_internal(repo: pygit2.Repository) -> None:
+    """Add ``/.a3s/`` to the repository's local exclude file (``info/exclude``; never committed)."""
+    git_dir = Path(repo.path)
+    common = git_dir / "commondir"  # a linked worktree shares info/ with the main repository
+    if common.is_file():
+        git_dir = (git_dir / common.read_text(encoding="utf-8").strip()).resolve()
+    exclude = git_dir / "info" / "exclude"
+    line = f"/{INTERNAL_DIR}/"
+    existing = exclude.read_text(encoding="utf-8") if exclude.is_file() else ""
+    if line in existing.splitlines():
+        return
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    sep = "" if not existing or existing.endswith("\n") else "\n"
+    with open(exclude, "a", encoding="utf-8") as fh:
+        fh.write(f"{sep}# a3s-fleet internal state\n{line}\n")
+
+
+def _resolve_local(view: GitView, rel: str) -> Path:
+    resolve = getattr(view.workspace, "resolve", None)
+    if resolve is None:
+        raise Unsupported("worktrees need a local workspace")
+    real = resolve(rel)
+    assert isinstance(real, Path)
+    return real
+
+
+def worktree_create(
+    view: GitView, *, name: str | None, path: str | None, new_branch: bool, base: str | None
+) -> Result:
+    repo = view.repo
+    branch_name = _check_branch_name(name)
+    wt_name = branch_name.replace("/", "-")
+    rel = path if path is not None else f"{DEFAULT_WORKTREE_DIR}/{wt_name}"
+    real = _resolve_local(view, rel)
+    if real == view.root:
+        raise InvalidArgument("a worktree cannot be created at the workspace root")
+    if os.path.lexists(real):
+        raise InvalidArgument(f"worktree path already exists: {rel}")
+    if wt_name in repo.list_worktrees():
+        raise InvalidArgument(f"a worktree named {wt_name!r} already exists")
+    created_branch = False
+    if new_branch:
+        if base is None and repo.head_is_unborn:
+            raise InvalidArgument("cannot create a worktree branch: the repository has no commits yet")
+        if repo.branches.local.get(branch_name) is not None:
+            raise InvalidArgument(f"branch {branch_name!r} already exists; pass new_branch=false to use it")
+        commit = resolve_commit(repo, base or "HEAD")
+        branch = repo.branches.local.create(branch_name, commit)
+        created_branch = True
+    else:
+        if base is not None:
+            raise InvalidArgument("base only applies with new_branch=true")
+        found = repo.branches.local.get(branch_name)
+        if found is None:
+            raise NotFound(f"no such branch: {branch_name}", path=branch_name)
+        branch = found
+    try:
+        real.parent.mkdir(parents=True, exist_ok=True)
+        wt = repo.add_worktree(wt_name, str(real), branch)
+    except BaseException:
+        if created_branch:
+            branch.delete()  # leave no half-made branch behind
+        raise
+    workspace_path = relative_to_workspace(view, wt.path) or rel
+    head = str(branch.peel(pygit2.Commit).id)
+    out = f"Created worktree {wt_name} at {workspace_path} on branch {branch_name} ({head[:7]})"
+    return out, {
+        "name": wt_name,
+        "path": workspace_path,
+        "branch": branch_name,
+        "head": head,
+        "new_branch": created_branch,
+        "changed_paths": [workspace_path],
+    }
+
+
+def _find_worktree(view: GitView, name: str | None, path: str | None) -> tuple[str, pygit2.Worktree]:
+    repo = view.repo
+    if name:
+        wt_name = name.replace("/", "-")
+        if wt_name not in repo.list_worktrees():
+            raise NotFound(f"no such worktree: {name}", path=name)
+        return wt_name, repo.lookup_worktree(wt_name)
+    if path is None:
+        raise InvalidArgument("worktree remove needs name or path")
+    real = _resolve_local(view, path)
+    for wt_name in repo.list_worktrees():
+        wt = repo.lookup_worktree(wt_name)
+        if os.path.realpath(wt.path) == str(real):
+            return wt_name, wt
+    raise NotFound(f"no worktree at {path}", path=path)
+
+
+def worktree_remove(view: GitView, *, name: str | None, path: str | None, force: bool) -> Result:
+    wt_name, wt = _find_worktree(view, name, path)
+    rel = relative_to_workspace(view, wt.path)
+    if rel is None or rel == "":
+        raise PathOutsideWorkspace(
+            f"worktree {wt_name} lies outside the workspace; it is not removed from here", path=wt.path
+        )
+    real = _resolve_local(view, rel)  # the resolver has the last word (symlinks, .a3s, …)
+    dirty: list[str] = []
+    if os.path.isdir(real):
+        sub = pygit2.Repository(str(real))
+        try:
+            dirty = sorted(p for p, f in sub.status().items() if int(f) != FileStatus.IGNORED)
+        finally:
+            sub.free()
+        if dirty and not force:
+            raise VersionConflict(
+                f"worktree {wt_name} has local changes ({len(dirty)} path(s), e.g. {dirty[0]}); "
+                "pass force=true to remove it anyway",
+                path=rel,
+                expected="clean worktree",
+                actual="local changes",
+                paths=dirty[:MAX_CHANGED_PATHS],
+            )
+        shutil.rmtree(real)
+    wt.prune(True)
+    out = f"Removed worktree {wt_name} at {rel}" + (" (forced)" if force and dirty else "")
+    return out, {"name": wt_name, "path": rel, "removed": True, "forced": force, "changed_paths": [rel]}

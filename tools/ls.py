@@ -1,0 +1,94 @@
+"""``ls``: one directory's entries, sorted by name, in cursor pages (SPEC B-1).
+
+The cursor is opaque (base64 of the last name returned), so a page boundary stays exact even when
+entries are added before it. ``.a3s/`` is never listed (the workspace hides it).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kernel.capabilities import ToolCapabilities
+from kernel.context import ToolContext
+from kernel.errors import InvalidArgument
+from kernel.result import ToolResult
+from kernel.spec import ToolSpec
+
+DEFAULT_PAGE_ENTRIES = 200
+MAX_PAGE_ENTRIES = 1000
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str = Field(default="", description="Workspace-relative directory ('' or '.' is the root).")
+    limit: int = Field(default=DEFAULT_PAGE_ENTRIES, ge=1, le=MAX_PAGE_ENTRIES)
+    cursor: str = Field(default="", description="Opaque cursor from a previous page; copy it back verbatim.")
+
+
+def encode_cursor(after: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"after": after}).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> str:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        data = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        after = data["after"]
+        if not isinstance(after, str):
+            raise TypeError
+        return after
+    except (binascii.Error, ValueError, KeyError, TypeError) as exc:
+        raise InvalidArgument(f"invalid cursor {cursor!r}: copy it back verbatim from a previous page") from exc
+
+
+def _fmt_size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+async def run(ctx: ToolContext, params: Params) -> ToolResult:
+    entries = ctx.workspace.list_dir(params.path)
+    if params.cursor:
+        after = decode_cursor(params.cursor)
+        entries = [e for e in entries if e.name > after]
+    page = entries[: params.limit]
+    more = len(entries) > len(page)
+    shown = params.path.strip("/") or "."
+    lines = [f"{shown}/ ({len(page)} entr{'y' if len(page) == 1 else 'ies'}{', more available' if more else ''})"]
+    for e in page:
+        if e.kind == "dir":
+            lines.append(f"  {e.name}/")
+        elif e.kind == "symlink":
+            lines.append(f"  {e.name}@")
+        else:
+            lines.append(f"  {e.name}  ({_fmt_size(e.size)})")
+    next_cursor = encode_cursor(page[-1].name) if more and page else None
+    if next_cursor:
+        lines.append(f"More entries available; continue with cursor={next_cursor}")
+    meta = {
+        "path": shown,
+        "source_anchors": [e.path for e in page[:64]],
+        "entries": [{"name": e.name, "kind": e.kind, "size": e.size} for e in page],
+        "page": {"limit": params.limit, "returned": len(page), "cursor": params.cursor or None, "next_cursor": next_cursor},
+    }
+    return ToolResult.success("ls", "\n".join(lines) + "\n", meta)
+
+
+TOOL = ToolSpec(
+    name="ls",
+    description="List a workspace directory (sorted by name, paginated with an opaque cursor).",
+    params=Params,
+    run=run,
+    capabilities=lambda _p: ToolCapabilities.read_only_paginated(16),
+    requires=frozenset({"read"}),
+    subject=lambda p: p.path or ".",
+    path_fields=("path",),
+    examples=({"path": "src"},),
+)

@@ -1,0 +1,294 @@
+"""``read``: numbered lines of one file, or a bounded batch of files (SPEC B-1, B-4; REFERENCE 4.2).
+
+Single file: ``file_path`` + ``offset`` (lines to skip) + ``limit`` (≤ 2000, larger values clamped).
+Lines render as ``{n:>6}\\t{line}``, each cut UTF-8-safely at 2000 bytes; the response also stops
+before ~96 KiB so the continuation offset is exact rather than left to projection.
+
+Batch: ``files=[{path, offset?, limit?}]`` shares one ``max_output_bytes`` budget that covers
+headers, error segments and the continuation footer. Request order is kept, one unreadable file
+never drops the others, and ``metadata.batch.continuation`` passed back as ``files`` resumes exactly
+where the response stopped without repeating a line.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from kernel.capabilities import ToolCapabilities
+from kernel.context import ToolContext
+from kernel.errors import InvalidArgument, ToolError
+from kernel.result import ToolResult
+from kernel.spec import ToolSpec
+
+MAX_LIMIT_LINES = 2000
+MAX_LINE_BYTES = 2000
+MAX_BATCH_FILES = 32
+MAX_SINGLE_OUTPUT_BYTES = 98_304
+DEFAULT_BATCH_OUTPUT_BYTES = 65_536
+MIN_BATCH_OUTPUT_BYTES = 1024
+MAX_BATCH_OUTPUT_BYTES = 98_304
+IMAGE_TYPES = {"jpg": "image/jpeg", "jpeg": "image/jpeg", "png": "image/png", "gif": "image/gif", "webp": "image/webp"}
+
+
+class FileRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str = Field(min_length=1, max_length=4096)
+    offset: int = Field(default=0, ge=0)
+    limit: int | None = Field(default=None, ge=1, le=MAX_LIMIT_LINES)
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    file_path: str | None = Field(default=None, min_length=1, description="Workspace-relative file to read.")
+    files: list[FileRequest] | None = Field(
+        default=None, min_length=1, max_length=MAX_BATCH_FILES, description="Batch mode: several files, one budget."
+    )
+    offset: int | None = Field(default=None, ge=0, description="Lines to skip (0-based).")
+    limit: int | None = Field(default=None, ge=1, description="Lines to return (max 2000; larger is clamped).")
+    max_output_bytes: int | None = Field(
+        default=None, ge=MIN_BATCH_OUTPUT_BYTES, le=MAX_BATCH_OUTPUT_BYTES, description="Batch mode byte budget."
+    )
+
+    @model_validator(mode="after")
+    def _exclusive(self) -> Params:
+        if (self.file_path is None) == (self.files is None):
+            raise ValueError("exactly one of file_path and files is required (they are mutually exclusive)")
+        if self.files is not None and (self.offset is not None or self.limit is not None):
+            raise ValueError("offset and limit go inside each files item, not at the top level")
+        if self.file_path is not None and self.max_output_bytes is not None:
+            raise ValueError("max_output_bytes applies only with files")
+        return self
+
+
+def capabilities(_params: Params) -> ToolCapabilities:
+    return ToolCapabilities.read_only_paginated(16)
+
+
+def subject(params: Params) -> str | None:
+    if params.file_path is not None:
+        return params.file_path
+    return ",".join(f.path for f in params.files or [])
+
+
+async def run(ctx: ToolContext, params: Params) -> ToolResult:
+    if params.files is not None:
+        return _read_batch(ctx, params.files, params.max_output_bytes or DEFAULT_BATCH_OUTPUT_BYTES)
+    assert params.file_path is not None
+    return _read_single(ctx, params.file_path, params.offset, params.limit)
+
+
+# ---- single file ------------------------------------------------------------------------------
+
+
+def _load_lines(ctx: ToolContext, path: str) -> list[str]:
+    data = ctx.workspace.read_bytes(path)
+    text = data.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def _render(n: int, line: str) -> str:
+    if line.endswith("\r"):
+        line = line[:-1]
+    raw = line.encode("utf-8")
+    if len(raw) > MAX_LINE_BYTES:
+        line = raw[:MAX_LINE_BYTES].decode("utf-8", errors="ignore") + "…"
+    return f"{n:>6}\t{line}\n"
+
+
+def _read_single(ctx: ToolContext, path: str, offset: int | None, limit: int | None) -> ToolResult:
+    ext = path.rsplit(".", 1)[-1].lower() if "." in path else ""
+    if ext in IMAGE_TYPES:
+        return _read_image(ctx, path, IMAGE_TYPES[ext], offset, limit)
+    lines = _load_lines(ctx, path)
+    total = len(lines)
+    offset = offset or 0
+    requested = limit or MAX_LIMIT_LINES
+    applied = min(requested, MAX_LIMIT_LINES)
+    if offset > total:
+        raise InvalidArgument(f"Offset {offset} exceeds file length ({total} lines)")
+    parts: list[str] = []
+    size = 0
+    end = offset
+    for i in range(offset, min(total, offset + applied)):
+        rendered = _render(i + 1, lines[i])
+        if size + len(rendered.encode("utf-8")) > MAX_SINGLE_OUTPUT_BYTES and parts:
+            break
+        parts.append(rendered)
+        size += len(rendered.encode("utf-8"))
+        end = i + 1
+    eof = end >= total
+    if offset == total:
+        parts = [f"(end of file: offset {offset} equals file length)\n"]
+    elif not eof:
+        parts.append(f"... (more lines available; continue with offset={end})\n")
+    output = "".join(parts)
+    meta = {
+        "source_anchors": [path],
+        "range": {
+            "offset": offset,
+            "requested_limit": requested,
+            "applied_limit": applied,
+            "returned_lines": end - offset,
+            "next_offset": None if eof else end,
+            "eof": eof,
+            "total_lines": total,
+            "limit_clamped": requested > MAX_LIMIT_LINES,
+            "output_bytes": len(output.encode("utf-8")),
+        },
+    }
+    return ToolResult.success("read", output, meta)
+
+
+def _read_image(ctx: ToolContext, path: str, media: str, offset: int | None, limit: int | None) -> ToolResult:
+    if offset is not None or limit is not None:
+        raise InvalidArgument("offset and limit are not supported for images")
+    if ctx.workspace.root is None:
+        raise InvalidArgument("images can only be read from a local workspace")
+    data = ctx.workspace.read_bytes(path)
+    uri = ctx.artifacts.put("read", data)
+    meta = {"source_anchors": [path], "attachment": {"media_type": media, "bytes": len(data), "artifact_uri": uri}}
+    return ToolResult.success("read", f"[Image: {media} ({len(data)} bytes)]", meta)
+
+
+# ---- batch ------------------------------------------------------------------------------------
+
+
+def _read_batch(ctx: ToolContext, files: list[FileRequest], budget: int) -> ToolResult:
+    paths = [f.path for f in files]
+    if len(set(paths)) != len(paths):
+        raise InvalidArgument("Duplicate path in files")
+    n = len(files)
+    segments: list[str] = []
+    used = 0
+    completed = successful = failed = returned_lines = 0
+    continuation: list[dict[str, Any]] = []
+    file_meta: list[dict[str, Any]] = []
+
+    def footer(cont: list[dict[str, Any]], done: int) -> str:
+        if not cont:
+            return f"(Complete: all {n} file(s) processed.)\n"
+        return f"(Partial: {done} of {n} file(s) processed. Continue with files={json.dumps(cont, ensure_ascii=False)})\n"
+
+    def rest(i: int) -> list[dict[str, Any]]:
+        return [f.model_dump(exclude_none=True) for f in files[i:]]
+
+    def size(s: str) -> int:
+        return len(s.encode("utf-8"))
+
+    for i, item in enumerate(files):
+        header = f"=== {item.path} ===\n"
+        try:
+            lines = _load_lines(ctx, item.path)
+            if item.offset > len(lines):
+                raise InvalidArgument(f"Offset {item.offset} exceeds file length ({len(lines)} lines)")
+        except ToolError as err:
+            seg = f"{header}ERROR: {err.message}\n\n"
+            if used + size(seg) + size(footer(rest(i + 1), completed + 1)) > budget:
+                continuation = rest(i)
+                break
+            segments.append(seg)
+            used += size(seg)
+            completed += 1
+            failed += 1
+            file_meta.append({"path": item.path, "success": False, "error": err.message, "error_kind": err.to_kind()})
+            continue
+        limit = item.limit or MAX_LIMIT_LINES
+        stop = min(len(lines), item.offset + limit)
+        rendered = [_render(k + 1, lines[k]) for k in range(item.offset, stop)]
+        sizes = [size(r) for r in rendered]
+        more_note = "" if stop >= len(lines) else f"... (more lines available; continue with offset={stop})\n"
+        if item.offset == len(lines):
+            more_note = f"(end of file: offset {item.offset} equals file length)\n"
+        full = size(header) + sum(sizes) + size(more_note) + 1
+        if used + full + size(footer(rest(i + 1), completed + 1)) <= budget:
+            segments.append(header + "".join(rendered) + more_note + "\n")
+            used += full
+            completed += 1
+            successful += 1
+            returned_lines += len(rendered)
+            file_meta.append({"path": item.path, "success": True, "returned_lines": len(rendered), "total_lines": len(lines)})
+            continue
+
+        # Partial: the largest prefix of lines that fits together with the continuation footer.
+        def cont_after(k: int, item: FileRequest = item, i: int = i) -> list[dict[str, Any]]:
+            return [{"path": item.path, "offset": item.offset + k, "limit": limit - k}, *rest(i + 1)]
+
+        prefix = [0]
+        for s in sizes:
+            prefix.append(prefix[-1] + s)
+        lo, hi = 0, len(rendered)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if used + size(header) + prefix[mid] + 1 + size(footer(cont_after(mid), completed)) <= budget:
+                lo = mid
+            else:
+                hi = mid - 1
+        k = lo
+        if k == 0:
+            if not segments:
+                raise InvalidArgument(
+                    f"max_output_bytes={budget} is too small to return one line of {item.path} plus the continuation"
+                )
+            continuation = rest(i)
+            break
+        segments.append(header + "".join(rendered[:k]) + "\n")
+        used += size(header) + prefix[k] + 1
+        returned_lines += k
+        successful += 1
+        file_meta.append({"path": item.path, "success": True, "returned_lines": k, "total_lines": len(lines), "partial": True})
+        continuation = cont_after(k)
+        break
+
+    truncated = bool(continuation)
+    segments.append(footer(continuation, completed))
+    output = "".join(segments)
+    if successful == 0 and not truncated:
+        status = "failed"
+    elif truncated:
+        status = "partial"
+    elif failed:
+        status = "partial_failure"
+    else:
+        status = "complete"
+    meta = {
+        "source_anchors": [f["path"] for f in file_meta if f["success"]],
+        "files": file_meta,
+        "batch": {
+            "status": status,
+            "requested_files": n,
+            "successful_files": successful,
+            "failed_files": failed,
+            "completed_files": completed,
+            "returned_lines": returned_lines,
+            "max_output_bytes": budget,
+            "output_bytes": size(output),
+            "truncated": truncated,
+            "continuation": continuation,
+        },
+    }
+    if status == "failed":
+        return ToolResult(name="read", output=output, exit_code=1, metadata=meta, error_kind={"type": "partial_failure", "failed": failed, "total": n})
+    return ToolResult.success("read", output, meta)
+
+
+TOOL = ToolSpec(
+    name="read",
+    description=(
+        "Read a workspace file as numbered lines (file_path, offset, limit ≤ 2000), or several files in one "
+        "bounded response (files=[{path, offset?, limit?}], max_output_bytes). Follow the continuation in the "
+        "footer to read more."
+    ),
+    params=Params,
+    run=run,
+    capabilities=capabilities,
+    requires=frozenset({"read"}),
+    subject=subject,
+    path_fields=("file_path",),
+    examples=({"file_path": "src/main.py"}, {"files": [{"path": "a.py"}, {"path": "b.py", "offset": 100, "limit": 50}]}),
+)
