@@ -51,7 +51,9 @@ def _reset_peak() -> bool:
 
 async def _measure(total_bytes: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="a3s-bench-bash-") as tmp:
-        ctx = make_context(LocalWorkspace(tmp), tool_name="bash", origin=Origin.HOST_DIRECT, timeout_s=TIMEOUT_MS / 1000)
+        ctx = make_context(
+            LocalWorkspace(tmp), tool_name="bash", origin=Origin.HOST_DIRECT, timeout_s=TIMEOUT_MS / 1000
+        )
         params = TOOL.validate({"command": f"yes | head -c {total_bytes}", "timeout": TIMEOUT_MS})
         # Warm up imports, the snapshot thread pool and the first subprocess.
         await TOOL.run(ctx, TOOL.validate({"command": "true"}))

@@ -22,6 +22,9 @@ class Settings(BaseSettings):
     job_soft_time_limit_s: int = 840
     visibility_timeout_s: int = 1800
     max_deliveries: int = 3
+    # Comma-separated modules exposing ``TOOLS`` (a list) or ``TOOL``: registered in every session an
+    # Agent builds, on the orchestrator and on workers alike (plugins, test and bench tools).
+    extra_tools: str = ""
     log_level: str = "WARNING"
 
     @property

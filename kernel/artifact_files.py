@@ -188,7 +188,9 @@ class FileArtifactStore:
             if uri not in state.sizes:
                 state.sizes[uri] = size
         retained = manifest.get("retained_uris", [])
-        state.retained = {u for u in retained if isinstance(u, str) and u} if isinstance(retained, list) else set()
+        state.retained = (
+            {u for u in retained if isinstance(u, str) and u} if isinstance(retained, list) else set()
+        )
         return state
 
     def _scan(self) -> dict[str, tuple[int, float]]:

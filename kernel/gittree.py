@@ -140,8 +140,8 @@ class GitTreeWorkspace:
 
     def _resolve(self, path: str, *, follow_last: bool = True) -> _Node:
         """Walk ``path`` through the tree, following symlinks physically (see module docstring)."""
-        rel = normalize_relative(path)
-        pending = [p for p in rel.split("/") if p] if rel else []
+        normalize_relative(path)  # validation; the walk uses raw components ('..' is physical)
+        pending = [p for p in path.split("/") if p not in ("", ".")]
         stack: list[str] = []
         trees: list[pygit2.Oid] = [self._tree_id]
         follows = 0
@@ -159,7 +159,7 @@ class GitTreeWorkspace:
                 tree = self._tree(trees[-1])
                 entry = tree[part] if part in tree else None
                 if entry is None:
-                    return self._missing(path, stack + [part], pending)
+                    return self._missing(path, [*stack, part], pending)
                 mode = int(entry.filemode)
                 if mode == MODE_LINK and (pending or follow_last):
                     follows += 1
@@ -229,8 +229,9 @@ class GitTreeWorkspace:
 
     def normalize(self, path: str) -> str:
         rel = normalize_relative(path)
-        self._resolve(rel)
-        return rel
+        node = self._resolve(path)
+        # '..' applies after any symlink before it: then only the resolved location is exact.
+        return node.path if ".." in path.split("/") else rel
 
     def stat(self, path: str) -> Entry:
         node = self._resolve(path)

@@ -149,7 +149,9 @@ class BreakerConfig:
             raise InvalidArgument("breaker open times must be >= 0")
 
     @classmethod
-    def from_health(cls, max_failures: int | None = None, suspend_seconds: float | None = None) -> BreakerConfig:
+    def from_health(
+        cls, max_failures: int | None = None, suspend_seconds: float | None = None
+    ) -> BreakerConfig:
         """Reference config: ``health.max_failures`` sets both thresholds, ``suspend_seconds`` the transient open."""
         cfg = cls()
         if max_failures is not None:

@@ -97,7 +97,9 @@ def normalize_relative(path: str) -> str:
         raise InvalidArgument(f"path is longer than {MAX_PATH_BYTES} bytes")
     folded = unicodedata.normalize("NFKC", path).translate(_LOOKALIKES)
     if folded != path and _escapes(folded):
-        raise PathOutsideWorkspace(f"path uses look-alike characters that read as an escape: {path}", path=path)
+        raise PathOutsideWorkspace(
+            f"path uses look-alike characters that read as an escape: {path}", path=path
+        )
     parts: list[str] = []
     for part in path.split("/"):
         if part in ("", "."):
@@ -179,7 +181,11 @@ class LocalWorkspace:
 
     def normalize(self, path: str) -> str:
         rel = normalize_relative(path)
-        self.resolve(rel)
+        real = self.resolve(path)
+        if ".." in path.split("/"):
+            # '..' is physical (it applies after any symlink before it), so the lexical form could
+            # name another file: answer with the location the resolver actually reached.
+            return self._rel(real) if real != self._root else ""
         return rel
 
     def resolve(self, path: str) -> Path:
@@ -188,10 +194,12 @@ class LocalWorkspace:
         Each symlink is followed relative to where it sits; every intermediate location must stay
         inside the root. Non-existent trailing components are allowed (a file about to be created).
         """
-        rel = normalize_relative(path)
+        # Validation only (absolute, NUL, look-alikes, lexical escapes, .a3s): the walk below uses
+        # the raw components, because '..' after a symlink is applied where the symlink led.
+        normalize_relative(path)
         root = self._root
         current = root
-        pending = [p for p in rel.split("/") if p] if rel else []
+        pending = [p for p in path.split("/") if p not in ("", ".")]
         follows = 0
         while pending:
             part = pending.pop(0)
@@ -211,7 +219,9 @@ class LocalWorkspace:
                 for rest in pending:
                     if rest == "..":
                         if current == root:
-                            raise PathOutsideWorkspace(f"path escapes the workspace: {path}", path=path)
+                            raise PathOutsideWorkspace(
+                                f"path escapes the workspace: {path}", path=path
+                            ) from None
                         current = current.parent
                     elif rest not in ("", "."):
                         current = current / rest
@@ -231,7 +241,9 @@ class LocalWorkspace:
                             f"symlink {self._rel(candidate)} points outside the workspace", path=path
                         )
                     current = root
-                    pending = [p for p in str(target_path.relative_to(root)).split("/") if p not in ("", ".")] + pending
+                    pending = [
+                        p for p in str(target_path.relative_to(root)).split("/") if p not in ("", ".")
+                    ] + pending
                 else:
                     pending = [p for p in target.split("/") if p not in ("", ".")] + pending
                 continue

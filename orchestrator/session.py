@@ -21,6 +21,7 @@ from kernel.events import Event, MemoryEventSink
 from kernel.kernel import Kernel
 from kernel.result import ToolResult
 from kernel.spec import ToolSpec
+from orchestrator.fanout import Branch, BranchRunner, FanOutPolicy, FanOutResult, InProcessRunner, ProgressFn, fan_out
 from orchestrator.loop import LoopThread
 from orchestrator.snapshot import build_snapshot
 
@@ -45,6 +46,8 @@ class Session:
         self._loop = loop
         self._memory = memory
         self._closed = False
+        # How fan-out branches run: in this process by default; the fleet swaps in a Celery runner.
+        self.runner: BranchRunner = InProcessRunner(kernel)
 
     # ---- calls --------------------------------------------------------------------------------
 
@@ -220,6 +223,35 @@ class Session:
         if subcommand is not None:
             args["subcommand"] = subcommand
         return self.tool("git", args)
+
+    def fan_out(
+        self,
+        branches: list[Branch],
+        *,
+        allow_partial_failure: bool = False,
+        min_success_count: int | None = None,
+        timeout_ms: int | None = None,
+        run_id: str | None = None,
+        progress: ProgressFn | None = None,
+    ) -> FanOutResult:
+        """Run up to 32 tool-call branches (in process, or as fleet jobs) with fan-in rules (X-3, F-1)."""
+        policy = FanOutPolicy(allow_partial_failure, min_success_count, timeout_ms)
+        rid = run_id or self.kernel.ids("run")
+        return self._loop.run(fan_out(self.runner, rid, list(branches), policy, progress))
+
+    def verify_commands(
+        self,
+        title: str,
+        commands: list[dict[str, Any]],
+        *,
+        progress: Callable[[Any], None] | None = None,
+    ) -> Any:
+        """F-6: run ``commands`` (``{id, kind, description, command, required, timeout_ms}``) as parallel
+        ``bash`` fan-out branches and return a ``flows.verify.VerificationReport`` (verdict from the
+        required ones). An invalid plan raises ``InvalidArgument``; failing commands never raise."""
+        from flows.verify import plan_from_commands, run_plan
+
+        return run_plan(self, plan_from_commands(title, commands), progress)
 
     def batch(self, invocations: list[dict[str, Any]], max_concurrency: int | None = None) -> ToolResult:
         args: dict[str, Any] = {"invocations": invocations}

@@ -1,17 +1,21 @@
 """The built-in tools, as one explicit list (CONVENTIONS §3), and the surface rule of SPEC S-2.
 
 ``builtin_tools(capabilities)`` keeps the workspace-gated tools whose ``requires`` the workspace
-declares (no ``write``/``edit``/``patch``/``bash``/``download`` on a read-only git tree), then the
-runtime built-ins that every session gets. No import-time registration, no module scanning.
+declares (REFERENCE §2: ``read`` → read/ls; ``write`` → write; ``read``+``write`` → edit/patch;
+``exec`` → bash; ``git`` → git; so no ``write``/``edit``/``patch``/``bash`` on a read-only git tree),
+then the runtime built-ins every session gets. No import-time registration, no module scanning.
 """
 
 from __future__ import annotations
 
 from kernel.spec import ToolSpec
-from tools import batch, ls, read
+from tools import batch, edit, ls, read, write
+from tools.bash import TOOL as BASH
+from tools.git import TOOL as GIT
+from tools.patch import TOOL as PATCH
 
 # Workspace-gated built-ins: registered only when the workspace has every capability in `requires`.
-WORKSPACE_TOOLS: list[ToolSpec] = [read.TOOL, ls.TOOL]
+WORKSPACE_TOOLS: list[ToolSpec] = [read.TOOL, ls.TOOL, write.TOOL, edit.TOOL, PATCH, BASH, GIT]
 # Runtime built-ins: every session.
 RUNTIME_TOOLS: list[ToolSpec] = [batch.TOOL]
 ALL_TOOLS: list[ToolSpec] = [*WORKSPACE_TOOLS, *RUNTIME_TOOLS]

@@ -102,6 +102,15 @@ def to_lf(text: str) -> str:
     return text.replace("\r\n", "\n")
 
 
+def split_keepends(text: str) -> list[str]:
+    """Lines split on ``\\n`` only, ending kept (``str.splitlines`` also splits on ``\\r``, ``\\x0c``, U+2028…)."""
+    parts = text.split("\n")
+    lines = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -113,8 +122,8 @@ def bounded_unified_diff(
     if input_bytes > MAX_DIFF_INPUT_BYTES:
         return "", False, True
     lines = difflib.unified_diff(
-        before.splitlines(keepends=True),
-        after.splitlines(keepends=True),
+        split_keepends(before),
+        split_keepends(after),
         fromfile=from_label,
         tofile=to_label,
         n=DIFF_CONTEXT_LINES,

@@ -15,11 +15,14 @@ import unicodedata
 from collections.abc import Callable
 from difflib import SequenceMatcher
 
+from tools._filetext import split_keepends
+
 MAX_SCAN_LINES = 20_000
 MAX_SCAN_CHARS = 4 * 1024 * 1024
 MAX_SHOWN_LINES = 6
 MAX_SHOWN_LINE_CHARS = 200
 REFINE_RADIUS = 3
+MIN_SHOWN_SIMILARITY = 0.5  # below this a 'closest match' is noise, not help
 
 _CONTROL_NAMES = {
     "\t": "CHARACTER TABULATION (tab)",
@@ -41,27 +44,28 @@ def describe_char(ch: str | None) -> str:
     return f"U+{ord(ch):04X} {name}"
 
 
-def culprit_hint(wanted: str | None, found: str | None) -> str | None:
+def culprit_hint(wanted: str | None, found: str | None, label: str = "old_string") -> str | None:
     """One sentence naming the usual culprit when (wanted, found) is one of them."""
     pair = {wanted, found}
     if "\r" in pair and ("\n" in pair or None in pair):
-        side = "the file" if found == "\r" else "old_string"
+        side = "the file" if found == "\r" else label
         return (
             f"Line endings differ: {side} has CRLF (\\r\\n) here and the other side LF. "
             "Use the file's line endings (or plain \\n in a file that is CRLF throughout)."
         )
     if pair == {"\t", " "}:
         return (
-            "Tabs vs spaces: the file has a tab where old_string has a space"
+            f"Tabs vs spaces: the file has a tab where {label} has a space"
             if found == "\t"
-            else "Tabs vs spaces: the file has a space where old_string has a tab"
+            else f"Tabs vs spaces: the file has a space where {label} has a tab"
         ) + " (check the indentation)."
     for ch in pair:
         if ch in _SPACES_LIKE:
-            where = "the file" if found == ch else "old_string"
+            where = "the file" if found == ch else label
+            kind = "a non-breaking space" if ch == "\u00a0" else "an invisible or unusual space"
             return (
-                f"Invisible character: {where} has {describe_char(ch)} where the other side has "
-                f"{describe_char(found if where == 'old_string' else wanted)}; a plain space will not match it."
+                f"Invisible character: {where} has {kind} ({describe_char(ch)}) where the other side has "
+                f"{describe_char(found if where == label else wanted)}; a plain space will not match it."
             )
     if pair & set(_QUOTES):
         return "Quote style differs: one side has typographic (curly) quotes, the other ASCII quotes."
@@ -77,7 +81,9 @@ def first_difference(wanted: str, found: str) -> int:
     return n
 
 
-def describe_difference(wanted: str, found: str, *, wanted_label: str = "expected") -> str:
+def describe_difference(
+    wanted: str, found: str, *, wanted_label: str = "expected", label: str = "the hunk"
+) -> str:
     """``first difference at column C: expected U+0020 SPACE, found U+00A0 NO-BREAK SPACE. <hint>``."""
     i = first_difference(wanted, found)
     w = wanted[i] if i < len(wanted) else None
@@ -85,7 +91,7 @@ def describe_difference(wanted: str, found: str, *, wanted_label: str = "expecte
     text = (
         f"first difference at column {i + 1}: {wanted_label} {describe_char(w)}, file has {describe_char(f)}."
     )
-    hint = culprit_hint(w, f)
+    hint = culprit_hint(w, f, label)
     return f"{text} {hint}" if hint else text
 
 
@@ -99,30 +105,42 @@ _PROBES: list[tuple[str, Callable[[str], str]]] = [
 ]
 
 
-def explain_miss(needle: str, haystack: str) -> str:
-    """The text appended to ``old_string not found in P`` (may be empty for an empty file)."""
+def explain_miss(
+    needle: str, haystack: str, *, whole_lines: bool = False, needle_label: str = "old_string"
+) -> str:
+    """The text appended to ``old_string not found in P`` (may be empty for an empty file).
+
+    ``whole_lines``: the needle is a block of complete lines (a patch hunk), so the probes must
+    match at line boundaries, not as a substring of a longer line.
+    """
     if not haystack:
         return "The file is empty."
     if len(haystack) > MAX_SCAN_CHARS:
         return f"(The file is larger than {MAX_SCAN_CHARS} characters; no closest-match search was run.)"
     lines: list[str] = []
     probe_line: int | None = None
+    lead = "\n" if whole_lines else ""
     for label, fn in _PROBES:
-        n, h = fn(needle), fn(haystack)
+        n, h = fn(lead + needle), fn(lead + haystack)
         idx = h.find(n) if n else -1
         if idx >= 0:
-            lines.append(f"old_string would match if {label} were ignored.")
-            probe_line = h.count("\n", 0, idx)
+            lines.append(f"It would match if {label} were ignored.")
+            probe_line = h.count("\n", 0, idx + len(lead)) - len(lead)
             break
-    hay_lines = haystack.splitlines(keepends=True)
-    needle_lines = needle.splitlines(keepends=True) or [needle]
+    hay_lines = split_keepends(haystack)
+    needle_lines = split_keepends(needle) or [needle]
     start = probe_line if probe_line is not None else _closest_start(hay_lines, needle_lines)
     if start is None:
         return " ".join(lines)
     end = min(len(hay_lines), start + len(needle_lines))
     window = "".join(hay_lines[start:end])
-    offset = _align(needle_lines[0], hay_lines[start])
+    offset = 0 if whole_lines else _align(needle_lines[0], hay_lines[start])
     ratio = SequenceMatcher(None, needle, window[offset:], autojunk=False).ratio()
+    if ratio < MIN_SHOWN_SIMILARITY and probe_line is None:
+        lines.append(
+            f"No similar text in the file (best similarity {ratio:.2f}, lines {start + 1}-{end}); re-read it."
+        )
+        return "\n".join(lines)
     lines.append(f"Closest match: lines {start + 1}-{end} (similarity {ratio:.2f}):")
     for k in range(start, min(end, start + MAX_SHOWN_LINES)):
         shown = hay_lines[k].rstrip("\r\n")
@@ -138,10 +156,10 @@ def explain_miss(needle: str, haystack: str) -> str:
     line_no = start + window.count("\n", 0, pos) + 1
     col = pos - (window.rfind("\n", 0, pos) + 1) + 1
     lines.append(
-        f"First difference at line {line_no}, column {col}: old_string has {describe_char(w)}, "
+        f"First difference at line {line_no}, column {col}: {needle_label} has {describe_char(w)}, "
         f"the file has {describe_char(f)}."
     )
-    hint = culprit_hint(w, f)
+    hint = culprit_hint(w, f, needle_label)
     if hint:
         lines.append(hint)
     return "\n".join(lines)

@@ -26,7 +26,9 @@ MAX_DIFF_COMPUTE_BYTES = 1024 * 1024
 DIFF_CONTEXT_LINES = 3
 
 
-def compact_change_metadata(metadata: dict[str, Any], artifacts: ArtifactStore, tool_name: str) -> dict[str, Any]:
+def compact_change_metadata(
+    metadata: dict[str, Any], artifacts: ArtifactStore, tool_name: str
+) -> dict[str, Any]:
     """A new metadata dict with ``change`` added (and large sides previewed); input is not mutated."""
     if not isinstance(metadata, dict):
         return metadata
@@ -60,7 +62,9 @@ def compact_change_metadata(metadata: dict[str, Any], artifacts: ArtifactStore, 
             out[side] = bounded_head_tail(data, CHANGE_SIDE_PREVIEW_BYTES).decode("utf-8")
     diff: str | None = None
     if compacted and total <= MAX_DIFF_COMPUTE_BYTES:
-        text = unified_diff(before if isinstance(before, str) else "", after if isinstance(after, str) else "")
+        text = unified_diff(
+            before if isinstance(before, str) else "", after if isinstance(after, str) else ""
+        )
         diff = bounded_head_tail(text.encode("utf-8", "replace"), CHANGE_DIFF_PREVIEW_BYTES).decode("utf-8")
     change["unified_diff"] = diff
     change["diff_omitted"] = compacted and total > MAX_DIFF_COMPUTE_BYTES

@@ -23,16 +23,63 @@ if TYPE_CHECKING:
 # Below this size the per-line loop is cheaper than importing and driving numpy.
 VECTOR_FOLD_MIN_BYTES = 64 * 1024
 _WORD_BYTES = 8
+_NEWLINE_CHUNK_BYTES = 256 * 1024
 
 
 def fold_marker(omitted: int) -> bytes:
     return b"[a3s repeated-line fold: %d additional exact copies omitted]\n" % omitted
 
 
+class Folded:
+    """A folded text kept as segments of the original: its length is known without joining it,
+    so a result that will be cut anyway never materialises a second 10 MiB copy."""
+
+    def __init__(self, parts: list[bytes | memoryview]) -> None:
+        self.parts = parts
+        self.length = sum(len(p) for p in parts)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def to_bytes(self) -> bytes:
+        return b"".join(self.parts)
+
+    def raw_prefix(self, n: int) -> bytes:
+        """The first ``n`` bytes (fewer if shorter), ignoring character boundaries."""
+        out: list[bytes | memoryview] = []
+        need = n
+        for part in self.parts:
+            if need <= 0:
+                break
+            out.append(part[:need])
+            need -= len(part)
+        return b"".join(out)
+
+    def raw_suffix(self, n: int) -> bytes:
+        """The last ``n`` bytes (fewer if shorter), ignoring character boundaries."""
+        if n <= 0:
+            return b""
+        out: list[bytes | memoryview] = []
+        need = n
+        for part in reversed(self.parts):
+            if need <= 0:
+                break
+            out.append(part[max(0, len(part) - need) :])
+            need -= len(part)
+        return b"".join(reversed(out))
+
+
 def fold_repeated_lines(data: bytes, threshold: int) -> bytes | None:
     """The folded text, or ``None`` when no run folds or folding would not shorten ``data``."""
+    folded = fold_segments(data, threshold)
+    return None if folded is None else folded.to_bytes()
+
+
+def fold_segments(data: bytes, threshold: int) -> Folded | None:
+    """Like ``fold_repeated_lines`` but lazy: the folded text as segments of ``data``."""
     if len(data) < VECTOR_FOLD_MIN_BYTES:
-        return fold_reference(data, threshold)
+        small = fold_reference(data, threshold)
+        return None if small is None else Folded([small])
     return _assemble(data, _find_runs(data, threshold))
 
 
@@ -58,7 +105,7 @@ def fold_reference(data: bytes, threshold: int) -> bytes | None:
     return result if len(result) < len(data) else None
 
 
-def _assemble(data: bytes, runs: list[tuple[int, int, int]]) -> bytes | None:
+def _assemble(data: bytes, runs: list[tuple[int, int, int]]) -> Folded | None:
     """Splice ``(start, line_len, count)`` runs (sorted, disjoint) into ``data``."""
     if not runs:
         return None
@@ -70,17 +117,15 @@ def _assemble(data: bytes, runs: list[tuple[int, int, int]]) -> bytes | None:
         out.append(fold_marker(count - 1))
         cursor = start + length * count
     out.append(view[cursor:])
-    result = b"".join(out)
-    return result if len(result) < len(data) else None
+    folded = Folded(out)
+    return folded if folded.length < len(data) else None
 
 
 def _find_runs(data: bytes, threshold: int) -> list[tuple[int, int, int]]:
     """Maximal runs of ``>= threshold`` identical newline-terminated lines, exactly."""
     import numpy as np
 
-    n = len(data)
-    buf = np.frombuffer(data, dtype=np.uint8)
-    ends = np.flatnonzero(buf == 0x0A)
+    ends = _newlines(data)
     if ends.size < threshold:
         return []
     starts = np.empty_like(ends)
@@ -113,6 +158,22 @@ def _find_runs(data: bytes, threshold: int) -> list[tuple[int, int, int]]:
     return runs
 
 
+def _newlines(data: bytes) -> npt.NDArray[np.intp]:
+    """Offsets of every ``\\n``, found in cache-sized chunks through one reused scratch buffer
+    (a whole-input boolean array would cost a fresh 10 MiB allocation and its page faults)."""
+    import numpy as np
+
+    buf = np.frombuffer(data, dtype=np.uint8)
+    scratch = np.empty(min(len(buf), _NEWLINE_CHUNK_BYTES), dtype=np.bool_)
+    found = []
+    for at in range(0, len(buf), _NEWLINE_CHUNK_BYTES):
+        chunk = buf[at : at + _NEWLINE_CHUNK_BYTES]
+        hits = scratch[: chunk.size]
+        np.equal(chunk, 0x0A, out=hits)
+        found.append(np.flatnonzero(hits) + at)
+    return np.concatenate(found) if found else np.empty(0, dtype=np.intp)
+
+
 def _exact_subruns(
     view: memoryview, start: int, length: int, count: int, threshold: int
 ) -> list[tuple[int, int, int]]:
@@ -134,35 +195,40 @@ def _exact_subruns(
 
 def _words_agree(
     data: bytes, starts: npt.NDArray[np.intp], lengths: npt.NDArray[np.intp]
-) -> npt.NDArray[np.bool_]:
-    """Necessary condition for line i == line i+1 (same length L): sampled 8-byte words agree.
+) -> npt.NDArray[np.intp]:
+    """Indices of pairs (line i, line i+1 of equal length L) whose sampled 8-byte words agree.
 
-    Never rejects an equal pair; false positives are removed by the exact checks above.
+    A necessary condition for equality, so an equal pair is never dropped; false positives are
+    removed by the exact checks in ``_find_runs``. Filters run in sequence on the survivors, middle
+    word first (where ids and counters usually differ), so later gathers touch few pairs.
     """
     import numpy as np
 
-    keep = np.ones(starts.size, dtype=np.bool_)
+    everything = np.arange(starts.size)
     if len(data) < _WORD_BYTES:
-        return keep
+        return everything
     # words[p] = the 8 bytes at p..p+7, little-endian: an unaligned, zero-copy strided view.
     words = np.ndarray((len(data) - _WORD_BYTES + 1,), dtype="<u8", buffer=data, strides=(1,))
     long_lines = lengths >= _WORD_BYTES
-    s0 = starts[long_lines]
-    span = lengths[long_lines]
-    s1 = s0 + span
-    agree = np.ones(s0.size, dtype=np.bool_)
-    for offset in (np.zeros_like(span), (span - _WORD_BYTES) // 2, span - _WORD_BYTES):
-        agree &= words[s0 + offset] == words[s1 + offset]
-    keep[long_lines] = agree
-    # Short lines: the word ending at each line's newline, masked to the line's own bytes.
-    short = ~long_lines
-    e0 = starts[short] + lengths[short] - 1
-    span = lengths[short]
-    windowed = e0 >= _WORD_BYTES - 1
-    e0, span = e0[windowed], span[windowed]
-    shift = ((_WORD_BYTES - span) * 8).astype(np.uint64)
-    mask = ~((np.uint64(1) << shift) - np.uint64(1))
-    short_keep = np.ones(int(short.sum()), dtype=np.bool_)
-    short_keep[windowed] = (words[e0 - 7] & mask) == (words[e0 + span - 7] & mask)
-    keep[short] = short_keep
+    keep = everything[long_lines]
+    for which in ("middle", "last", "first"):
+        s0, span = starts[keep], lengths[keep]
+        if which == "middle":
+            offset = (span - _WORD_BYTES) // 2
+        elif which == "last":
+            offset = span - _WORD_BYTES
+        else:
+            offset = np.zeros_like(span)
+        keep = keep[words[s0 + offset] == words[s0 + span + offset]]
+    short = everything[~long_lines]
+    if short.size:
+        # The word ending at each line's newline, masked to the line's own (high) bytes.
+        span = lengths[short]
+        e0 = starts[short] + span - 1
+        windowed = e0 >= _WORD_BYTES - 1
+        unwindowed = short[~windowed]  # within the first 8 bytes of data: left to the exact check
+        short, span, e0 = short[windowed], span[windowed], e0[windowed]
+        mask = ~((np.uint64(1) << ((_WORD_BYTES - span) * 8).astype(np.uint64)) - np.uint64(1))
+        agree = (words[e0 - 7] & mask) == (words[e0 + span - 7] & mask)
+        keep = np.sort(np.concatenate((keep, short[agree], unwindowed)))
     return keep

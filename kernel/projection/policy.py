@@ -148,7 +148,11 @@ class ToolResultTransformPolicyV1(BaseModel):
     def binding(self) -> dict[str, str]:
         """The ``a3s.code.tool-result-transform-binding.v1`` document stored in result metadata."""
         policy_digest = self.digest()
-        unsigned = {"schema": BINDING_SCHEMA, "transform_algorithm": TRANSFORM_ALGORITHM, "policy_digest": policy_digest}
+        unsigned = {
+            "schema": BINDING_SCHEMA,
+            "transform_algorithm": TRANSFORM_ALGORITHM,
+            "policy_digest": policy_digest,
+        }
         return {**unsigned, "binding_digest": domain_digest(BINDING_SCHEMA, unsigned)}
 
 
@@ -156,19 +160,25 @@ def validate_binding(binding: Any) -> dict[str, str]:
     """Check a binding document read back from metadata (closed fields, canonical digests)."""
     fields = ("schema", "transform_algorithm", "policy_digest", "binding_digest")
     if not isinstance(binding, dict) or set(binding) != set(fields):
-        raise InvalidArgument("tool result transform binding must have exactly the fields " + ", ".join(fields))
+        raise InvalidArgument(
+            "tool result transform binding must have exactly the fields " + ", ".join(fields)
+        )
     if not all(isinstance(binding[f], str) for f in fields):
         raise InvalidArgument("tool result transform binding fields must be strings")
     if binding["schema"] != BINDING_SCHEMA:
         raise InvalidArgument(f"unsupported tool result transform binding schema {binding['schema']!r}")
     if binding["transform_algorithm"] != TRANSFORM_ALGORITHM:
-        raise InvalidArgument(f"unsupported tool result transform algorithm {binding['transform_algorithm']!r}")
+        raise InvalidArgument(
+            f"unsupported tool result transform algorithm {binding['transform_algorithm']!r}"
+        )
     for f in ("policy_digest", "binding_digest"):
         if not _is_canonical_sha256(binding[f]):
             raise InvalidArgument(f"tool result transform {f} must be canonical lowercase SHA-256")
     unsigned = {f: binding[f] for f in fields[:3]}
     if binding["binding_digest"] != domain_digest(BINDING_SCHEMA, unsigned):
-        raise InvalidArgument("tool result transform binding_digest does not bind the exact algorithm and policy")
+        raise InvalidArgument(
+            "tool result transform binding_digest does not bind the exact algorithm and policy"
+        )
     return {f: binding[f] for f in fields}
 
 

@@ -93,5 +93,7 @@ def _validator(head_count: int, tail_count: int) -> SchemaValidator:
     skip = cs.with_default_schema(
         cs.typed_dict_schema({}, extra_behavior="ignore"), default=None, on_error="default"
     )
-    schema = cs.tuple_schema([keep] * head_count + [skip] + [keep] * tail_count, variadic_item_index=head_count)
+    schema = cs.tuple_schema(
+        [keep] * head_count + [skip] + [keep] * tail_count, variadic_item_index=head_count
+    )
     return SchemaValidator(schema)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from kernel.errors import KernelFault
-from kernel.projection.fold import fold_repeated_lines
+from kernel.projection.fold import Folded, fold_segments
 from kernel.projection.policy import MARKER_RESERVE_BYTES, TRANSFORM_ALGORITHM, ToolResultTransformPolicyV1
 from kernel.projection.sample import sample_json_array
 
@@ -58,23 +58,26 @@ def output_limit(policy: ToolResultTransformPolicyV1) -> int:
 
 def transform(data: bytes, policy: ToolResultTransformPolicyV1, suffix: bytes) -> Transformed:
     """Project ``data`` (valid UTF-8); ``suffix`` is the artifact line appended when lossy."""
-    content = data
+    content: bytes | Folded = data
     transformed = False
     if policy.structured_sample_items > 0 and len(data) > policy.max_output_bytes:
         sampled = sample_json_array(data, policy.structured_sample_items)
         if sampled is not None:
             content, transformed = sampled, True
     if policy.fold_repeated_lines:
-        folded = fold_repeated_lines(content, policy.repeated_line_threshold)
+        folded = fold_segments(
+            content if isinstance(content, bytes) else content.to_bytes(), policy.repeated_line_threshold
+        )
         if folded is not None:
             content, transformed = folded, True
 
     limit = output_limit(policy)
     if len(content) <= policy.max_output_bytes:
+        small = content if isinstance(content, bytes) else content.to_bytes()
         if not transformed:
-            return Transformed(content, LossMode.NONE, len(data))
-        if len(content) + len(suffix) <= limit:
-            return Transformed(content + suffix, LossMode.DETERMINISTIC_TRANSFORM, 0)
+            return Transformed(small, LossMode.NONE, len(data))
+        if len(small) + len(suffix) <= limit:
+            return Transformed(small + suffix, LossMode.DETERMINISTIC_TRANSFORM, 0)
 
     if transformed:
         mode = LossMode.COMPOSITE
@@ -87,23 +90,27 @@ def transform(data: bytes, policy: ToolResultTransformPolicyV1, suffix: bytes) -
 
 
 def _cut(
-    content: bytes, policy: ToolResultTransformPolicyV1, transformed: bool, suffix: bytes, limit: int
+    content: bytes | Folded, policy: ToolResultTransformPolicyV1, transformed: bool, suffix: bytes, limit: int
 ) -> tuple[bytes, int]:
+    total = len(content)
     head_budget, tail_budget = policy.head_bytes, policy.tail_bytes
     # Converges in one or two rounds: shrinking the head can only add digits to the marker.
     for _ in range(8):
-        head = utf8_prefix(content, head_budget)
-        tail = utf8_suffix(content, tail_budget)
+        head = _head(content, head_budget)
+        tail = _tail(content, tail_budget)
         if policy.tail_bytes == 0 and not transformed:
             marker = (
                 b"\n\n[tool output truncated: showing the first %d of %d bytes. "
-                b"Full output is retained as an immutable artifact.]" % (len(head), len(content))
+                b"Full output is retained as an immutable artifact.]" % (len(head), total)
             )
         else:
-            omitted = len(content) - len(head) - len(tail)
-            marker = b"\n\n[tool output bounded by %s: omitted %d bytes between retained head/tail regions]\n\n" % (
-                TRANSFORM_ALGORITHM.encode(),
-                omitted,
+            omitted = total - len(head) - len(tail)
+            marker = (
+                b"\n\n[tool output bounded by %s: omitted %d bytes between retained head/tail regions]\n\n"
+                % (
+                    TRANSFORM_ALGORITHM.encode(),
+                    omitted,
+                )
             )
         projected = b"".join((head, marker, tail, suffix))
         excess = len(projected) - limit
@@ -113,6 +120,19 @@ def _cut(
         head_budget -= take
         tail_budget = max(0, tail_budget - (excess - take))
     raise KernelFault(f"tool result projection cannot fit its markers within {limit} bytes")
+
+
+def _head(content: bytes | Folded, max_bytes: int) -> bytes:
+    if isinstance(content, bytes):
+        return utf8_prefix(content, max_bytes)
+    # One byte past the cut decides whether the cut splits a character.
+    return utf8_prefix(content.raw_prefix(max_bytes + 1), max_bytes)
+
+
+def _tail(content: bytes | Folded, max_bytes: int) -> bytes:
+    if isinstance(content, bytes):
+        return utf8_suffix(content, max_bytes)
+    return utf8_suffix(content.raw_suffix(max_bytes), max_bytes)
 
 
 def utf8_prefix(data: bytes, max_bytes: int) -> bytes:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from kernel.artifacts import MemoryArtifactStore
 from kernel.errors import InvalidArgument, KernelFault
 from kernel.projection import Projector, ToolResultTransformPolicyV1, validate_binding
-from kernel.artifacts import MemoryArtifactStore
 
 P = ToolResultTransformPolicyV1
 CE_POLICY_DIGEST = "sha256:645f65e5d39e3f7aa77fade21ae2daa1e8ccbbc7a0775c94a7f2c38ec5f5b32d"
@@ -155,7 +155,9 @@ def test_r1_projector_rejects_result_with_drifted_binding() -> None:
     with pytest.raises(KernelFault, match="invalid"):
         projector.project("bash", "x", {"a3s_tool_result_transform_binding": {"schema": "junk"}})
     # The same binding passes.
-    _, meta = projector.project("bash", "x", {"a3s_tool_result_transform_binding": P.context_efficient().binding()})
+    _, meta = projector.project(
+        "bash", "x", {"a3s_tool_result_transform_binding": P.context_efficient().binding()}
+    )
     assert meta["a3s_tool_result_transform_binding"]["binding_digest"] == CE_BINDING_DIGEST
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -42,7 +44,12 @@ def test_b2_head_and_tail_keep_exact_prefix_and_suffix_with_marker():
     view = cap.view("stdout")
     assert (view.head, view.tail, view.total_bytes) == (b"abcd", b"mno", 15)
     assert view.text == "abcd\n" + truncation_marker(4, 3, 15) + "\nmno"
-    assert cap.view("stdout").text.count("[command output truncated: retained the first 4 and last 3 of 15 bytes]") == 1
+    assert (
+        cap.view("stdout").text.count(
+            "[command output truncated: retained the first 4 and last 3 of 15 bytes]"
+        )
+        == 1
+    )
 
 
 _chunks = st.lists(st.tuples(st.sampled_from(["stdout", "stderr"]), st.binary(max_size=40)), max_size=40)
@@ -68,3 +75,22 @@ def test_b2_views_are_prefix_and_suffix_of_each_stream_within_one_budget(chunks,
         assert whole[stream].endswith(view.tail)
         assert len(view.head) + len(view.tail) <= len(whole[stream])
     assert sum(cap.view(s).captured_bytes for s in ("stdout", "stderr")) == cap.captured_bytes
+
+
+def test_b2_rendered_text_fits_the_cap_and_markers_count_what_is_shown():
+    cap = OutputCapture(head_bytes=100, tail_bytes=60)
+    cap.feed("stdout", b"o" * 500)
+    cap.feed("stderr", b"e" * 500)
+    text = cap.render(max_bytes=300)
+    assert len(text.encode()) <= 300
+    assert text.startswith("[stdout]\n" + "o" * 10) and text.endswith("e")
+    out_part, err_part = text.split("[stderr]\n")
+    for part, char in ((out_part, "o"), (err_part, "e")):
+        head, tail, total = map(
+            int, re.findall(r"retained the first (\d+) and last (\d+) of (\d+) bytes", part)[0]
+        )
+        assert total == 500
+        body = "".join(line for line in part.split("\n") if not line.startswith("["))
+        assert body == char * (head + tail)  # each marker counts exactly the bytes it frames
+    # Metadata views keep everything captured.
+    assert cap.view("stdout").captured_bytes + cap.view("stderr").captured_bytes == 160

@@ -14,8 +14,7 @@ from kernel.gittree import GitTreeWorkspace
 from kernel.result import ToolResult
 from kernel.testing import make_context
 from kernel.workspace import LocalWorkspace, Workspace
-from tools.git import TOOL
-from tools.git import read_ops
+from tools.git import TOOL, read_ops
 from tools.git.testing import RepoBuilder
 
 
@@ -71,7 +70,9 @@ def test_s2_git_requires_the_git_capability_and_matches_on_command() -> None:
         ({"command": "worktree", "subcommand": "remove", "name": "x"}, False, False, "text"),
     ],
 )
-def test_k5_git_capabilities_follow_the_form(args: dict[str, Any], read_only: bool, paginated: bool, output: str) -> None:
+def test_k5_git_capabilities_follow_the_form(
+    args: dict[str, Any], read_only: bool, paginated: bool, output: str
+) -> None:
     caps = TOOL.capabilities(TOOL.validate(args))
     assert caps.read_only is read_only
     assert caps.paginated is paginated
@@ -112,7 +113,9 @@ def test_k4_git_rejects_out_of_range_parameters(args: dict[str, Any]) -> None:
         {"command": "status", "path": "a.txt"},
     ],
 )
-async def test_k4_git_rejects_arguments_that_do_not_fit_the_form(ws: LocalWorkspace, args: dict[str, Any]) -> None:
+async def test_k4_git_rejects_arguments_that_do_not_fit_the_form(
+    ws: LocalWorkspace, args: dict[str, Any]
+) -> None:
     err = await git_error(ws, **args)
     assert err.kind == "invalid_argument"
 
@@ -122,7 +125,10 @@ async def test_k4_git_rejects_arguments_that_do_not_fit_the_form(ws: LocalWorksp
 
 async def test_git_status_reports_branch_and_dirty_count(builder: RepoBuilder, ws: LocalWorkspace) -> None:
     clean = await git(ws, command="status")
-    assert clean.metadata.items() >= {"branch": "main", "is_worktree": False, "dirty_count": 0, "is_dirty": False}.items()
+    assert (
+        clean.metadata.items()
+        >= {"branch": "main", "is_worktree": False, "dirty_count": 0, "is_dirty": False}.items()
+    )
     builder.write({"a.txt": "changed\n", "new.txt": "n\n", ".a3s/state.json": "{}"})
     dirty = await git(ws, command="status")
     assert dirty.metadata["dirty_count"] == 2 and dirty.metadata["is_dirty"] is True
@@ -142,7 +148,9 @@ async def test_git_status_on_detached_head(builder: RepoBuilder, ws: LocalWorksp
 # --- log -------------------------------------------------------------------------------------------
 
 
-async def test_b1_git_log_cursor_round_trip_has_no_duplicates_or_gaps(builder: RepoBuilder, ws: LocalWorkspace) -> None:
+async def test_b1_git_log_cursor_round_trip_has_no_duplicates_or_gaps(
+    builder: RepoBuilder, ws: LocalWorkspace
+) -> None:
     ids = builder.history(23)
     expected = [str(c.id) for c in builder.repo.walk(builder.repo.head.target)]
     assert len(expected) == 24
@@ -168,14 +176,18 @@ async def test_b1_git_log_cursor_round_trip_has_no_duplicates_or_gaps(builder: R
     assert seen[0] == ids[-1]
 
 
-async def test_git_log_default_limit_and_deprecated_max_count(builder: RepoBuilder, ws: LocalWorkspace) -> None:
+async def test_git_log_default_limit_and_deprecated_max_count(
+    builder: RepoBuilder, ws: LocalWorkspace
+) -> None:
     builder.history(14)
     assert (await git(ws, command="log")).metadata["count"] == 10
     alias = await git(ws, command="log", max_count=3)
     assert alias.metadata["count"] == 3 and alias.metadata["page"]["next_cursor"] == "3"
 
 
-async def test_git_log_orders_same_second_commits_topologically(builder: RepoBuilder, ws: LocalWorkspace) -> None:
+async def test_git_log_orders_same_second_commits_topologically(
+    builder: RepoBuilder, ws: LocalWorkspace
+) -> None:
     ids = [builder.commit({"t.txt": f"{i}\n"}, f"same {i}", same_time=True) for i in range(6)]
     result = await git(ws, command="log", limit=6)
     assert [c["id"] for c in result.metadata["commits"]] == list(reversed(ids))
@@ -215,7 +227,9 @@ async def test_git_log_on_an_empty_repository(tmp_path: Path) -> None:
 # --- diff ------------------------------------------------------------------------------------------
 
 
-async def test_git_diff_includes_untracked_files_and_skips_internal(builder: RepoBuilder, ws: LocalWorkspace) -> None:
+async def test_git_diff_includes_untracked_files_and_skips_internal(
+    builder: RepoBuilder, ws: LocalWorkspace
+) -> None:
     builder.write({"a.txt": "alpha2\n", "fresh.txt": "brand new\n", ".a3s/idx": "internal\n"})
     result = await git(ws, command="diff")
     assert "+alpha2" in result.output and "+brand new" in result.output
@@ -223,17 +237,23 @@ async def test_git_diff_includes_untracked_files_and_skips_internal(builder: Rep
     assert result.metadata["files_changed"] == 2 and result.metadata["has_more"] is False
 
 
-async def test_git_diff_against_a_target_and_with_a_path_filter(builder: RepoBuilder, ws: LocalWorkspace) -> None:
+async def test_git_diff_against_a_target_and_with_a_path_filter(
+    builder: RepoBuilder, ws: LocalWorkspace
+) -> None:
     builder.commit({"a.txt": "second\n", "d/b.txt": "beta2\n"})
     full = await git(ws, command="diff", target="HEAD~1")
     assert full.metadata["files_changed"] == 2
     only_d = await git(ws, command="diff", target="HEAD~1", path="d")
-    assert only_d.metadata["files_changed"] == 1 and "d/b.txt" in only_d.output and "a.txt" not in only_d.output
+    assert (
+        only_d.metadata["files_changed"] == 1 and "d/b.txt" in only_d.output and "a.txt" not in only_d.output
+    )
     outside = await git_error(ws, command="diff", path="../elsewhere")
     assert outside.kind == "path_outside_workspace"
 
 
-async def test_b1_git_diff_byte_offset_continuation_is_exact(builder: RepoBuilder, ws: LocalWorkspace) -> None:
+async def test_b1_git_diff_byte_offset_continuation_is_exact(
+    builder: RepoBuilder, ws: LocalWorkspace
+) -> None:
     body = "".join(f"line {i} ünïcödé {'x' * (i % 17)}\n" for i in range(400))
     builder.write({"big.txt": body, "a.txt": "".join(f"a{i}\n" for i in range(100))})
     whole = await git(ws, command="diff", max_bytes=102_400)
@@ -302,7 +322,9 @@ async def test_git_checkout_refuses_to_overwrite_local_changes_unless_forced(
     assert (builder.path / "a.txt").read_text() == "main version\n"
 
 
-async def test_git_checkout_carries_non_conflicting_changes_and_detaches(builder: RepoBuilder, ws: LocalWorkspace) -> None:
+async def test_git_checkout_carries_non_conflicting_changes_and_detaches(
+    builder: RepoBuilder, ws: LocalWorkspace
+) -> None:
     first = str(builder.repo.head.target)
     builder.commit({"a.txt": "v2\n"})
     builder.write({"d/b.txt": "local but unrelated\n"})
@@ -316,7 +338,9 @@ async def test_git_checkout_carries_non_conflicting_changes_and_detaches(builder
 # --- stash -----------------------------------------------------------------------------------------
 
 
-async def test_git_stash_saves_untracked_files_and_lists_them(builder: RepoBuilder, ws: LocalWorkspace) -> None:
+async def test_git_stash_saves_untracked_files_and_lists_them(
+    builder: RepoBuilder, ws: LocalWorkspace
+) -> None:
     builder.write({"a.txt": "edited\n", "untracked.txt": "u\n", ".a3s/keep": "mine\n"})
     saved = await git(ws, command="stash", message="wip work", include_untracked=True)
     assert saved.metadata["stashed"] is True and "wip work" in saved.output
@@ -348,7 +372,9 @@ async def test_git_remote_lists_and_filters(builder: RepoBuilder, ws: LocalWorks
     listed = await git(ws, command="remote")
     assert [r["name"] for r in listed.metadata["remotes"]] == ["backup", "origin"]
     one = await git(ws, command="remote", remote_name="origin")
-    assert one.metadata["remotes"] == [{"name": "origin", "url": "https://example.invalid/repo.git", "push_url": None}]
+    assert one.metadata["remotes"] == [
+        {"name": "origin", "url": "https://example.invalid/repo.git", "push_url": None}
+    ]
     err = await git_error(ws, command="remote", remote_name="nope")
     assert err.kind == "not_found"
 
@@ -374,11 +400,15 @@ async def test_git_worktree_create_list_and_remove(builder: RepoBuilder, ws: Loc
     assert not wt_dir.exists() and builder.repo.list_worktrees() == []
 
 
-async def test_git_worktree_on_an_existing_branch_and_default_path(builder: RepoBuilder, ws: LocalWorkspace) -> None:
+async def test_git_worktree_on_an_existing_branch_and_default_path(
+    builder: RepoBuilder, ws: LocalWorkspace
+) -> None:
     await git(ws, command="branch", name="exists")
     created = await git(ws, command="worktree", subcommand="create", name="exists", new_branch=False)
     assert created.metadata["path"] == ".worktrees/exists"
-    again = await git_error(ws, command="worktree", subcommand="create", name="exists2", path=".worktrees/exists")
+    again = await git_error(
+        ws, command="worktree", subcommand="create", name="exists2", path=".worktrees/exists"
+    )
     assert again.kind == "invalid_argument"
     assert builder.repo.branches.local.get("exists2") is None  # refused before any branch was made
 
@@ -412,7 +442,10 @@ async def test_s3_git_on_a_tree_view_serves_reads_for_that_commit(builder: RepoB
     ids = builder.history(5)
     view = GitTreeWorkspace(builder.path, "HEAD~2")
     status = await git(view, command="status")
-    assert status.metadata.items() >= {"branch": None, "is_dirty": False, "dirty_count": 0, "head": ids[2]}.items()
+    assert (
+        status.metadata.items()
+        >= {"branch": None, "is_dirty": False, "dirty_count": 0, "head": ids[2]}.items()
+    )
     log = await git(view, command="log", limit=2)
     assert [c["id"] for c in log.metadata["commits"]] == [ids[2], ids[1]]
     diff = await git(view, command="diff", target=ids[0])
@@ -433,7 +466,9 @@ async def test_s3_git_on_a_tree_view_serves_reads_for_that_commit(builder: RepoB
         {"command": "worktree", "subcommand": "remove", "name": "w"},
     ],
 )
-async def test_s3_git_mutations_on_a_tree_view_are_unsupported(builder: RepoBuilder, args: dict[str, Any]) -> None:
+async def test_s3_git_mutations_on_a_tree_view_are_unsupported(
+    builder: RepoBuilder, args: dict[str, Any]
+) -> None:
     head = builder.repo.head.target
     err = await git_error(GitTreeWorkspace(builder.path, "HEAD"), **args)
     assert err.kind == "unsupported"

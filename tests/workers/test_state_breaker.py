@@ -36,7 +36,7 @@ def permit(board, engine: str = "ddg") -> Permit:
 
 
 def test_w3_closed_admits_and_success_resets_counters(clock_store) -> None:
-    clock, store = clock_store
+    _clock, store = clock_store
     b = store.breakers(SESSION)
     for _ in range(2):
         assert b.record(permit(b), Outcome.failure("transport"))
@@ -61,7 +61,7 @@ def test_w3_three_failures_in_a_row_open_for_the_transient_time(clock_store) -> 
 
 
 def test_w3_terminal_kind_opens_at_once_for_15_minutes(clock_store) -> None:
-    clock, store = clock_store
+    _clock, store = clock_store
     b = store.breakers(SESSION)
     b.record(permit(b, "tavily"), Outcome.failure("provider_quota"))
     got = b.acquire("tavily")
@@ -70,7 +70,7 @@ def test_w3_terminal_kind_opens_at_once_for_15_minutes(clock_store) -> None:
 
 
 def test_w3_rate_limited_opens_at_once_and_retry_after_is_a_floor_capped_at_24h(clock_store) -> None:
-    clock, store = clock_store
+    _clock, store = clock_store
     b = store.breakers(SESSION)
     b.record(permit(b, "brave"), Outcome.failure("rate_limited", retry_after_ms=120_000))
     assert b.acquire("brave") == Rejected(120_000, "open")
@@ -81,7 +81,7 @@ def test_w3_rate_limited_opens_at_once_and_retry_after_is_a_floor_capped_at_24h(
 
 
 def test_w3_three_empty_in_a_row_open_and_a_failure_breaks_the_streak(clock_store) -> None:
-    clock, store = clock_store
+    _clock, store = clock_store
     b = store.breakers(SESSION)
     b.record(permit(b), Outcome.empty())
     b.record(permit(b), Outcome.empty())
@@ -165,7 +165,7 @@ def test_w3_a_dead_probe_holder_frees_the_slot_after_its_lease(clock_store) -> N
 
 
 def test_w3_stale_permit_from_before_a_trip_is_a_no_op(clock_store) -> None:
-    clock, store = clock_store
+    _clock, store = clock_store
     b = store.breakers(SESSION)
     early = permit(b)
     b.record(permit(b), Outcome.failure("provider_quota"))
@@ -174,7 +174,7 @@ def test_w3_stale_permit_from_before_a_trip_is_a_no_op(clock_store) -> None:
 
 
 def test_w3_scopes_and_engines_are_independent_and_names_normalised(clock_store) -> None:
-    clock, store = clock_store
+    _clock, store = clock_store
     s1 = store.breakers(SESSION)
     s2 = store.breakers(BreakerScope("session", "s2"))
     run = store.breakers(BreakerScope("run", "s1"))
@@ -187,7 +187,7 @@ def test_w3_scopes_and_engines_are_independent_and_names_normalised(clock_store)
 
 
 def test_w3_health_config_overrides_thresholds_and_suspend_time(clock_store) -> None:
-    clock, store = clock_store
+    _clock, store = clock_store
     b = store.breakers(SESSION, BreakerConfig.from_health(max_failures=1, suspend_seconds=5))
     b.record(permit(b), Outcome.empty())
     assert b.acquire("ddg") == Rejected(5_000, "open")

@@ -23,7 +23,7 @@ def bulkheads(request: pytest.FixtureRequest):
 
 
 def test_w4_admits_up_to_the_limit_then_refuses(clock_bulkheads) -> None:
-    clock, bh = clock_bulkheads
+    _clock, bh = clock_bulkheads
     leases = [bh.try_acquire("search", 3) for _ in range(3)]
     assert all(leases) and len({lease.lease_id for lease in leases}) == 3
     assert bh.try_acquire("search", 3) is None

@@ -13,7 +13,14 @@ from kernel.testing import FakeClock
 from workers.state import RedisStateStore, make_client
 from workers.state.testing import BACKENDS, fakeredis_store, make_store
 
-ROLE_KEYS = {"max_in_flight", "in_flight", "leader_requests", "shared_requests", "bypassed_requests", "abandoned_requests"}
+ROLE_KEYS = {
+    "max_in_flight",
+    "in_flight",
+    "leader_requests",
+    "shared_requests",
+    "bypassed_requests",
+    "abandoned_requests",
+}
 
 
 @pytest.fixture(params=BACKENDS)

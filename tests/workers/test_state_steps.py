@@ -30,7 +30,7 @@ def test_f3_claim_complete_then_recover_the_result(clock_steps) -> None:
 
 
 def test_f3_recovery_needs_all_three_keys_never_cross_run(clock_steps) -> None:
-    clock, steps = clock_steps
+    _clock, steps = clock_steps
     steps.claim(KEY)
     steps.complete(KEY, 1, "done")
     for other in (
@@ -69,7 +69,7 @@ def test_f3_renew_extends_only_the_current_attempt(clock_steps) -> None:
 
 
 def test_f3_a_failed_step_is_never_promoted_and_is_retried(clock_steps) -> None:
-    clock, steps = clock_steps
+    _clock, steps = clock_steps
     steps.claim(KEY)
     steps.fail(KEY, 1, {"type": "transport", "op": "web_fetch"})
     assert steps.recover(KEY) is None
@@ -81,7 +81,7 @@ def test_f3_a_failed_step_is_never_promoted_and_is_retried(clock_steps) -> None:
 
 
 def test_f3_results_are_bounded_json(clock_steps) -> None:
-    clock, steps = clock_steps
+    _clock, steps = clock_steps
     steps.claim(KEY)
     with pytest.raises(InvalidArgument):
         steps.complete(KEY, 1, object())
@@ -93,7 +93,7 @@ def test_f3_results_are_bounded_json(clock_steps) -> None:
 
 
 def test_f3_completing_an_unclaimed_step_is_rejected(clock_steps) -> None:
-    clock, steps = clock_steps
+    _clock, steps = clock_steps
     with pytest.raises(VersionConflict):
         steps.complete(KEY, 1, "never claimed")
     assert steps.get(KEY) is None

@@ -11,13 +11,14 @@ Invariants:
 - memory held is at most ``BUDGET_BYTES`` plus the chunk being fed (callers read
   ``READ_CHUNK_BYTES`` at a time), however much the command prints;
 - ``total_bytes`` is exact for each stream and overall; nothing is ever decoded before rendering;
-- the marker reads ``[command output truncated: retained the first H and last T of N bytes]``.
+- the marker reads ``[command output truncated: retained the first H and last T of N bytes]``;
+- the rendered text (labels and markers included) fits ``OUTPUT_MAX_BYTES``, see ``render``.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 Stream = Literal["stdout", "stderr"]
@@ -27,6 +28,34 @@ HEAD_BYTES = 64 * 1024
 TAIL_BYTES = 36 * 1024
 BUDGET_BYTES = HEAD_BYTES + TAIL_BYTES
 READ_CHUNK_BYTES = 8 * 1024
+# The rendered text's cap: the default projection cap (SPEC R-4, 100 KiB).
+OUTPUT_MAX_BYTES = 100 * 1024
+MAX_RENDER_PASSES = 4
+
+
+def _render(views: list[StreamView]) -> str:
+    out, err = views
+    if out.total_bytes and err.total_bytes:
+        out_text = out.text if out.text.endswith("\n") else out.text + "\n"
+        return f"[stdout]\n{out_text}[stderr]\n{err.text}"
+    return err.text if err.total_bytes else out.text
+
+
+def _shrink(views: list[StreamView], over: int) -> list[StreamView]:
+    """Drop ``over`` bytes of shown output: from the front of the longest tails, then head ends."""
+    views = list(views)
+    for part in ("tail", "head"):
+        for i in sorted(range(len(views)), key=lambda j: -len(getattr(views[j], part))):
+            if over <= 0:
+                return views
+            v = views[i]
+            data = getattr(v, part)
+            cut = min(over, len(data))
+            if cut:
+                trimmed = data[cut:] if part == "tail" else data[: len(data) - cut]
+                views[i] = replace(v, **{part: trimmed})
+                over -= cut
+    return views
 
 
 def truncation_marker(head: int, tail: int, total: int) -> str:
@@ -125,13 +154,24 @@ class OutputCapture:
         tail = b"".join(chunk for s, chunk in self._tail if s == stream)
         return StreamView(stream=stream, head=head, tail=tail, total_bytes=self._totals[stream])
 
-    def render(self) -> str:
-        """Model-facing text: stdout then stderr, labelled only when both printed something."""
-        out, err = self.view("stdout"), self.view("stderr")
-        if out.total_bytes and err.total_bytes:
-            out_text = out.text if out.text.endswith("\n") else out.text + "\n"
-            return f"[stdout]\n{out_text}[stderr]\n{err.text}"
-        return err.text if err.total_bytes else out.text
+    def render(self, max_bytes: int = OUTPUT_MAX_BYTES) -> str:
+        """Model-facing text: stdout then stderr, labelled only when both printed something.
+
+        The text never exceeds ``max_bytes``: when labels and markers would push it over, the
+        shown tails (then heads) are shortened by the overflow and the markers count what is shown.
+        So the kernel's projection (whose cap is ``OUTPUT_MAX_BYTES`` by default) never has to cut
+        the tail or the marker off. The metadata views keep everything captured.
+        """
+        views = [self.view("stdout"), self.view("stderr")]
+        text = _render(views)
+        for _ in range(MAX_RENDER_PASSES):
+            over = len(text.encode("utf-8")) - max_bytes
+            if over <= 0:
+                return text
+            views = _shrink(views, over)
+            text = _render(views)
+        # Pathological decoding growth (replacement characters): a last, UTF-8-safe hard cut.
+        return text.encode("utf-8")[: max(0, max_bytes)].decode("utf-8", "ignore")
 
     def summary(self, *, timed_out: bool) -> dict[str, Any]:
         """The ``output`` metadata: the reference's four keys plus one view per stream."""

@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from kernel.errors import Transport
+from kernel.errors import Transport, Unsupported
 from tools.bash.capture import READ_CHUNK_BYTES, OutputCapture, Stream
 
 SETTLE_S = 0.5
@@ -104,11 +104,13 @@ async def run_shell(
     os.close(report_w0)
     os.set_blocking(report_r, False)
 
-    argv = [SHELL, "-c", shell_script(command, report_w)]
-    if wrap is not None:
-        argv = wrap(argv)
     try:
-        proc = subprocess.Popen(
+        argv = [SHELL, "-c", shell_script(command, report_w)]
+        if wrap is not None:
+            argv = wrap(argv)
+        # Popen, not asyncio's subprocess: we own the pipe fds (add_reader, close without EOF) and
+        # pass the cwd-report fd. fork/exec itself does not block the loop for long.
+        proc = subprocess.Popen(  # noqa: ASYNC220
             argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -121,7 +123,11 @@ async def run_shell(
         )
     except OSError as exc:
         os.close(report_r)
-        raise Transport(f"could not start {argv[0]}: {exc}", op="bash") from exc
+        raise Transport(f"could not start {SHELL}: {exc}", op="bash") from exc
+    except (RuntimeError, ValueError) as exc:
+        # A host-supplied sandbox refused to build its command line: nothing ran.
+        os.close(report_r)
+        raise Unsupported(f"the sandbox could not prepare the command: {exc}") from exc
     finally:
         # Only the child keeps the write end; once it (and its descendants) exit, the pipe is done.
         os.close(report_w)
@@ -231,7 +237,8 @@ class _ProcessWatch:
         # waitid(WNOWAIT) observes the exit without reaping, keeping the pid (= pgid) reserved.
         while True:
             try:
-                info = os.waitid(os.P_PID, self._proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                flags = os.WEXITED | os.WNOHANG | os.WNOWAIT  # WNOHANG: never blocks
+                info = os.waitid(os.P_PID, self._proc.pid, flags)  # noqa: ASYNC222
             except ChildProcessError:
                 info = True  # already reaped elsewhere: treat as exited
             if info is not None:
@@ -285,4 +292,3 @@ def _read_cwd_report(fd: int) -> str | None:
     if not lines:
         return None
     return os.fsdecode(lines[-1])
-

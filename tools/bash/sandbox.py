@@ -41,7 +41,9 @@ class Sandbox(Protocol):
     @property
     def available(self) -> bool: ...
 
-    def wrap(self, argv: Sequence[str], workspace_root: str | os.PathLike[str], cwd: str | os.PathLike[str]) -> list[str]: ...
+    def wrap(
+        self, argv: Sequence[str], workspace_root: str | os.PathLike[str], cwd: str | os.PathLike[str]
+    ) -> list[str]: ...
 
 
 def bwrap_argv(
@@ -93,7 +95,9 @@ class BwrapSandbox:
                 self._probed = True
             return self._available
 
-    def wrap(self, argv: Sequence[str], workspace_root: str | os.PathLike[str], cwd: str | os.PathLike[str]) -> list[str]:
+    def wrap(
+        self, argv: Sequence[str], workspace_root: str | os.PathLike[str], cwd: str | os.PathLike[str]
+    ) -> list[str]:
         if not self.probe():
             raise RuntimeError(f"bubblewrap is not usable here: {self.probe_error}")
         return bwrap_argv(self.binary, argv, workspace_root, cwd, self._flags)
@@ -128,7 +132,9 @@ class UnavailableSandbox:
 
     available = False
 
-    def wrap(self, argv: Sequence[str], workspace_root: str | os.PathLike[str], cwd: str | os.PathLike[str]) -> list[str]:
+    def wrap(
+        self, argv: Sequence[str], workspace_root: str | os.PathLike[str], cwd: str | os.PathLike[str]
+    ) -> list[str]:
         raise RuntimeError("no sandbox is configured")
 
 

@@ -47,7 +47,7 @@ from kernel.context import ToolContext
 from kernel.errors import Timeout, Unsupported
 from kernel.result import ToolResult
 from kernel.spec import ToolSpec
-from tools.bash.capture import OutputCapture, Stream
+from tools.bash.capture import OUTPUT_MAX_BYTES, OutputCapture, Stream
 from tools.bash.changes import MAX_CHANGED_PATHS, changed_paths, take_snapshot
 from tools.bash.runner import run_shell
 from tools.bash.sandbox import BwrapSandbox, Sandbox, default_sandbox
@@ -65,7 +65,9 @@ EXTRA_ENV = {"CI": "1", "GIT_TERMINAL_PROMPT": "0", "PAGER": "cat", "GIT_PAGER":
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    command: str = Field(min_length=1, description="The shell command, run with `bash -c` in the session's cwd.")
+    command: str = Field(
+        min_length=1, description="The shell command, run with `bash -c` in the session's cwd."
+    )
     timeout: int = Field(
         default=DEFAULT_TIMEOUT_MS,
         ge=0,
@@ -76,7 +78,8 @@ class Params(BaseModel):
         description="`require_escalated` runs outside the sandbox on the host, after human confirmation; needs `justification`.",
     )
     justification: str | None = Field(
-        default=None, description="Why the command must run outside the sandbox (required with require_escalated)."
+        default=None,
+        description="Why the command must run outside the sandbox (required with require_escalated).",
     )
 
     @field_validator("command")
@@ -121,7 +124,7 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
     root = ctx.workspace.root
     if root is None or "exec" not in ctx.workspace.capabilities:
         raise Unsupported("bash needs a local workspace with the exec capability")
-    root = Path(os.path.realpath(root))
+    root = _physical(root)
     timeout_ms = max(params.timeout, MIN_TIMEOUT_MS)
     escalated = params.sandbox_permissions == "require_escalated"
 
@@ -155,7 +158,8 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
         wrap=wrap,
         on_output=lambda stream, data: _emit(ctx, stream, data),
     )
-    after = await take_snapshot(root)
+    # A workspace too big to snapshot before is too big after: skip the second 400 ms attempt.
+    after = await take_snapshot(root) if before is not None else None
 
     if outcome.final_cwd is not None:
         reported = _relative_inside(root, outcome.final_cwd)
@@ -181,14 +185,18 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
     if outcome.returncode is not None and outcome.returncode < 0:
         metadata["signal"] = -outcome.returncode
 
-    text = capture.render()
     if outcome.timed_out:
         error = Timeout(f"Command timed out after {effective_ms}ms", op=NAME, duration_ms=effective_ms)
+        prefix = error.message + "\n"
+        text = capture.render(OUTPUT_MAX_BYTES - len(prefix))
         output = error.message + (f"\n{text}" if text else "")
         return ToolResult(NAME, output, exit_code=1, metadata=metadata, error_kind=error.to_kind())
     if outcome.exit_code != 0:
+        suffix = f"\n[exit code {outcome.exit_code}]"
+        text = capture.render(OUTPUT_MAX_BYTES - len(suffix))
         sep = "" if not text or text.endswith("\n") else "\n"
-        return ToolResult(NAME, f"{text}{sep}[exit code {outcome.exit_code}]", exit_code=1, metadata=metadata)
+        return ToolResult(NAME, f"{text}{sep}{suffix.lstrip()}", exit_code=1, metadata=metadata)
+    text = capture.render(OUTPUT_MAX_BYTES)
     return ToolResult.success(NAME, text, metadata)
 
 
@@ -232,6 +240,10 @@ def _emit(ctx: ToolContext, stream: Stream, data: bytes) -> None:
     ctx.emit_delta({"stream": stream, "text": data.decode("utf-8", "replace")})
 
 
+def _physical(path: str | os.PathLike[str]) -> Path:
+    return Path(os.path.realpath(path))
+
+
 def _usable_cwd(root: Path, rel: str) -> str:
     """``rel`` if it is still a directory inside the workspace, else '' (the root)."""
     if not rel:
@@ -244,7 +256,7 @@ def _usable_cwd(root: Path, rel: str) -> str:
 
 def _relative_inside(root: Path, path: str) -> str | None:
     """The workspace-relative form of ``path`` (physically resolved), or None outside / internal."""
-    real = Path(os.path.realpath(path))
+    real = _physical(path)
     if real == root:
         return ""
     if root not in real.parents:

@@ -120,9 +120,7 @@ def action(p: Params) -> str:
     return p.command
 
 
-READ_FORMS = frozenset(
-    {"status", "log", "diff", "remote", "branch list", "stash list", "worktree list"}
-)
+READ_FORMS = frozenset({"status", "log", "diff", "remote", "branch list", "stash list", "worktree list"})
 
 
 def is_read(p: Params) -> bool:

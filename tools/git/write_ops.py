@@ -9,7 +9,8 @@ anything is opened for writing. Invariants:
 - a worktree's directory is a workspace-relative path that went through the workspace resolver;
   removing a worktree deletes only a directory inside the workspace, and refuses a dirty one
   unless ``force``;
-- ``.a3s/`` is never stashed (stash is restricted to the other changed paths when it is present).
+- ``.a3s/`` is never stashed: before a stash that includes untracked files it is added to the
+  repository's local ``info/exclude`` (ignored files are left in place).
 """
 
 from __future__ import annotations

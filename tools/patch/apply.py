@@ -176,7 +176,12 @@ def _place(orig: list[Line], h: Hunk, number: int, cursor: int) -> int:
         )
     text = "\n".join(c for c, _ in orig) + "\n"
     needle = "\n".join(old) + "\n"
-    raise HunkError(number, h, "the hunk's old lines were not found.\n" + explain_miss(needle, text))
+    raise HunkError(
+        number,
+        h,
+        "the hunk's old lines were not found.\n"
+        + explain_miss(needle, text, whole_lines=True, needle_label="the hunk"),
+    )
 
 
 def apply_hunks(text: str, hunks: list[Hunk]) -> tuple[str, list[dict[str, Any]]]:

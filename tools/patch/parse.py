@@ -134,12 +134,12 @@ def _parse_unified(lines: list[str]) -> list[FilePatch]:
             hunk, i = _parse_hunk(lines, i)
             cur.hunks.append(hunk)
             continue
-        if in_git_header and cur is not None:
-            _git_extended(cur, line)
-        elif line.startswith("GIT binary patch") or (
+        if line.startswith("GIT binary patch") or (
             line.startswith("Binary files ") and line.endswith(" differ")
         ):
             raise Unsupported("binary patches are not supported; use `write` for binary content")
+        if in_git_header and cur is not None:
+            _git_extended(cur, line)
         i += 1  # anything else between sections (commit text, index lines) is ignored, as git does
     return files
 

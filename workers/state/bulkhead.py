@@ -97,7 +97,9 @@ class RedisBulkheads(BulkheadBase):
 
     def renew(self, lease: Lease, *, lease_ms: int = BULKHEAD_LEASE_MS) -> Lease | None:
         with redis_errors("bulkhead.renew"):
-            expiry = int(self._renew(keys=[self._key(lease.name)], args=[self._now(), lease_ms, lease.lease_id]))
+            expiry = int(
+                self._renew(keys=[self._key(lease.name)], args=[self._now(), lease_ms, lease.lease_id])
+            )
         return replace(lease, expires_at_ms=expiry) if expiry else None
 
     def release(self, lease: Lease) -> bool:

@@ -126,7 +126,12 @@ def decode_result(payload: str) -> FlightResult:
 
 class RedisFlightBackend:
     def __init__(
-        self, client: redis.Redis, *, namespace: str = "search", prefix: str = "a3s", clock: Clock | None = None
+        self,
+        client: redis.Redis,
+        *,
+        namespace: str = "search",
+        prefix: str = "a3s",
+        clock: Clock | None = None,
     ) -> None:
         self._client = client
         self._base = f"{prefix}:sf:{namespace}"
@@ -171,7 +176,9 @@ class RedisFlightBackend:
 
     def poll(self, key: str, token: str) -> FlightResult | None:
         with redis_errors("coalesce.poll"):
-            state, payload = self._poll(keys=[self._lock(key), self._result(token)], args=[self._now(), token])
+            state, payload = self._poll(
+                keys=[self._lock(key), self._result(token)], args=[self._now(), token]
+            )
         if state == "done":
             return decode_result(payload)
         if state == "running":

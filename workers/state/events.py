@@ -93,8 +93,18 @@ class RedisStreamReader:
         idle_timeout_s: float | None = None,
         stop: threading.Event | None = None,
     ) -> Iterator[StreamEvent]:
-        """Events after ``after_id`` (``"0-0"`` = from the start, ``"$"`` = only new ones)."""
-        last = self._resolve(after_id)
+        """Events after ``after_id`` (``"0-0"`` = from the start, ``"$"`` = only events emitted after
+        this call; ``"$"`` is pinned here, not at the first ``next()``)."""
+        return self._follow(self._resolve(after_id), block_ms, until, idle_timeout_s, stop)
+
+    def _follow(
+        self,
+        last: str,
+        block_ms: int,
+        until: Callable[[Event], bool] | None,
+        idle_timeout_s: float | None,
+        stop: threading.Event | None,
+    ) -> Iterator[StreamEvent]:
         block = max(1, min(block_ms, MAX_BLOCK_MS))
         idle_since = time.monotonic()
         while stop is None or not stop.is_set():

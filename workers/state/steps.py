@@ -80,7 +80,12 @@ return {1, action, attempt}
 
 class RedisStepStore:
     def __init__(
-        self, client: redis.Redis, *, prefix: str = "a3s", clock: Clock | None = None, ttl_ms: int = STEP_TTL_MS
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str = "a3s",
+        clock: Clock | None = None,
+        ttl_ms: int = STEP_TTL_MS,
     ) -> None:
         self._client = client
         self._prefix = prefix
@@ -97,7 +102,9 @@ class RedisStepStore:
 
     def claim(self, key: StepKey, *, lease_ms: int = STEP_LEASE_MS) -> Claimed | Completed | Busy:
         with redis_errors("steps.claim"):
-            outcome, attempt, value = self._claim(keys=[self._key(key)], args=[self._now(), lease_ms, self._ttl_ms])
+            outcome, attempt, value = self._claim(
+                keys=[self._key(key)], args=[self._now(), lease_ms, self._ttl_ms]
+            )
         if outcome == "completed":
             return Completed(int(attempt), json.loads(value))
         if outcome == "busy":

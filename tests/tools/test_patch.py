@@ -1,0 +1,301 @@
+"""``patch``: unified diffs, strict placement, all-or-nothing multi-file commits (SPEC B-3, B-6; REFERENCE 4.16)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernel.errors import ToolError
+from kernel.result import ToolResult
+from kernel.testing import make_context
+from kernel.workspace import LocalWorkspace
+from tools import _fileio
+from tools.patch import TOOL, patch_paths
+
+
+async def _patch(root: Path, diff: str, **args: Any) -> ToolResult:
+    ctx = make_context(LocalWorkspace(root), tool_name="patch")
+    try:
+        out = await TOOL.run(ctx, TOOL.validate({"diff": diff, **args}))
+    except ToolError as exc:
+        return ToolResult.failure("patch", exc)
+    return out if isinstance(out, ToolResult) else ToolResult.success("patch", out)
+
+
+def patch(root: Path, diff: str, **args: Any) -> ToolResult:
+    return asyncio.run(_patch(root, diff, **args))
+
+
+def tree(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file's bytes and mtime: a failed patch must leave this identical."""
+    return {
+        p.relative_to(root).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture()
+def ws(tmp_path: Path) -> Path:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "app.py").write_text("import os\n\n\ndef main():\n    return os.getcwd()\n")
+    (tmp_path / "src" / "util.py").write_text("".join(f"line {i}\n" for i in range(1, 21)))
+    return tmp_path
+
+
+APP_DIFF = (
+    "--- a/src/app.py\n"
+    "+++ b/src/app.py\n"
+    "@@ -3,3 +3,4 @@\n"
+    " \n"
+    " def main():\n"
+    "-    return os.getcwd()\n"
+    "+    cwd = os.getcwd()\n"
+    "+    return cwd\n"
+)
+
+
+def test_patch_applies_a_unified_diff_with_prefixes(ws: Path) -> None:
+    res = patch(ws, APP_DIFF)
+    assert res.ok, res.output
+    assert (
+        ws / "src/app.py"
+    ).read_text() == "import os\n\n\ndef main():\n    cwd = os.getcwd()\n    return cwd\n"
+    m = res.metadata
+    assert m["file_path"] == "src/app.py" and m["format"] == "unified"
+    assert (
+        m["files"][0]["action"] == "modified"
+        and m["files"][0]["hunks"] == 1
+        and m["files"][0]["offsets"] == []
+    )
+    assert m["before"].endswith("return os.getcwd()\n") and m["after"].endswith("return cwd\n")
+    assert len(m["after_sha256"]) == 64 and "+    return cwd\n" in m["diff"]
+    assert TOOL.subject(TOOL.validate({"diff": APP_DIFF})) == "src/app.py"
+
+
+def test_patch_hunk_with_a_wrong_line_number_applies_only_at_a_unique_offset(ws: Path) -> None:
+    diff = "--- a/src/util.py\n+++ b/src/util.py\n@@ -2,3 +2,3 @@\n line 11\n-line 12\n+LINE 12\n line 13\n"
+    res = patch(ws, diff)
+    assert res.ok, res.output
+    assert "LINE 12\n" in (ws / "src/util.py").read_text()
+    assert res.metadata["files"][0]["offsets"] == [
+        {"hunk": 1, "stated_line": 2, "applied_line": 11, "offset": 9}
+    ]
+
+
+def test_patch_ambiguous_offset_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "dup.txt"
+    p.write_text("a\nx\nb\nfill\na\nx\nb\n")
+    before = tree(tmp_path)
+    res = patch(tmp_path, "--- a/dup.txt\n+++ b/dup.txt\n@@ -3,3 +3,3 @@\n a\n-x\n+y\n b\n")
+    assert res.exit_code == 1 and tree(tmp_path) == before
+    assert "2 times elsewhere" in res.output and "lines 1, 5" in res.output
+
+
+def test_patch_mismatch_names_file_hunk_and_first_differing_line(ws: Path) -> None:
+    before = tree(ws)
+    diff = (
+        "--- a/src/util.py\n+++ b/src/util.py\n"
+        "@@ -1,2 +1,2 @@\n-line 1\n+LINE 1\n line 2\n"
+        "@@ -5,3 +5,3 @@\n line 5\n-line 6\n+LINE 6\n line\u00a07\n"
+    )
+    res = patch(ws, diff)
+    assert res.exit_code == 1 and tree(ws) == before
+    out = res.output
+    assert out.startswith("patch not applied (nothing was written): src/util.py: hunk 2 (@@ -5,3 +5,3 @@)")
+    assert "line 7 does not match: expected 'line\\xa07', found 'line 7'" in out
+    assert "U+00A0 NO-BREAK SPACE" in out
+    assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument"
+
+
+def test_patch_creates_deletes_and_renames_in_one_multi_file_patch(ws: Path) -> None:
+    (ws / "old_name.py").write_text("value = 1\n")
+    (ws / "gone.txt").write_text("bye\n")
+    diff = """\
+diff --git a/new/pkg/mod.py b/new/pkg/mod.py
+new file mode 100755
+--- /dev/null
++++ b/new/pkg/mod.py
+@@ -0,0 +1,2 @@
++#!/usr/bin/env python3
++print("hi")
+diff --git a/gone.txt b/gone.txt
+deleted file mode 100644
+--- a/gone.txt
++++ /dev/null
+@@ -1 +0,0 @@
+-bye
+diff --git a/old_name.py b/new_name.py
+similarity index 50%
+rename from old_name.py
+rename to new_name.py
+--- a/old_name.py
++++ b/new_name.py
+@@ -1 +1 @@
+-value = 1
++value = 2
+"""
+    res = patch(ws, diff)
+    assert res.ok, res.output
+    created = ws / "new/pkg/mod.py"
+    assert (
+        created.read_text() == '#!/usr/bin/env python3\nprint("hi")\n'
+        and created.stat().st_mode & 0o777 == 0o755
+    )
+    assert not (ws / "gone.txt").exists() and not (ws / "old_name.py").exists()
+    assert (ws / "new_name.py").read_text() == "value = 2\n"
+    actions = {f["file_path"]: (f["action"], f["from_path"]) for f in res.metadata["files"]}
+    assert actions == {
+        "new/pkg/mod.py": ("created", None),
+        "gone.txt": ("deleted", None),
+        "new_name.py": ("renamed", "old_name.py"),
+    }
+    assert "=== new_name.py ===\nvalue = 2\n" in res.metadata["after"]
+    assert TOOL.subject(TOOL.validate({"diff": diff})) == "gone.txt,new/pkg/mod.py,new_name.py,old_name.py"
+    assert not [p for p in ws.rglob("*") if p.name.endswith((_fileio.TEMP_SUFFIX, _fileio.BACKUP_SUFFIX))]
+
+
+def test_patch_pure_git_rename_moves_bytes_exactly(ws: Path) -> None:
+    (ws / "bin.dat").write_bytes(b"\x00\xff\xfe raw\r\n")
+    diff = "diff --git a/bin.dat b/data/bin.dat\nsimilarity index 100%\nrename from bin.dat\nrename to data/bin.dat\n"
+    res = patch(ws, diff)
+    assert res.ok, res.output
+    assert (ws / "data/bin.dat").read_bytes() == b"\x00\xff\xfe raw\r\n" and not (ws / "bin.dat").exists()
+
+
+def test_patch_differing_header_paths_rename_when_the_old_file_exists(ws: Path) -> None:
+    diff = "--- src/app.py\n+++ src/main.py\n@@ -1,1 +1,1 @@\n-import os\n+import sys\n"
+    res = patch(ws, diff)
+    assert res.ok, res.output
+    assert not (ws / "src/app.py").exists() and (ws / "src/main.py").read_text().startswith("import sys\n")
+    # The common `x.orig` -> `x` form edits x when x.orig does not exist.
+    diff2 = "--- src/main.py.orig\t2024-01-01\n+++ src/main.py\n@@ -1,1 +1,1 @@\n-import sys\n+import re\n"
+    res2 = patch(ws, diff2)
+    assert res2.ok and res2.metadata["files"][0]["action"] == "modified"
+    assert (ws / "src/main.py").read_text().startswith("import re\n")
+
+
+def test_patch_whose_second_file_fails_writes_nothing_to_the_first(ws: Path) -> None:
+    before = tree(ws)
+    diff = APP_DIFF + "--- a/src/util.py\n+++ b/src/util.py\n@@ -1,2 +1,2 @@\n-line one\n+LINE 1\n line 2\n"
+    res = patch(ws, diff)
+    assert res.exit_code == 1 and tree(ws) == before
+    assert "src/util.py: hunk 1" in res.output and "expected 'line one', found 'line 1'" in res.output
+
+
+def test_patch_rolls_back_renamed_files_when_a_later_rename_fails(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure after the first rename restores the first file from its backup (all-or-nothing)."""
+    before = tree(ws)
+    util_diff = "--- a/src/util.py\n+++ b/src/util.py\n@@ -1,2 +1,2 @@\n-line 1\n+LINE 1\n line 2\n"
+    renamed: list[Path] = []
+    real_replace = _fileio.os.replace
+
+    def sabotage(paths: list[Path]) -> None:
+        # Remove the second file's staged temp file: its rename will fail with ENOENT.
+        for tmp in (ws / "src").glob(".util.py.*" + _fileio.TEMP_SUFFIX):
+            tmp.unlink()
+
+    def spy(src: Any, dst: Any) -> None:
+        real_replace(src, dst)
+        renamed.append(Path(dst))
+
+    monkeypatch.setattr(_fileio, "_before_commit", sabotage)
+    monkeypatch.setattr(_fileio.os, "replace", spy)
+    res = patch(ws, APP_DIFF + util_diff)
+    assert res.exit_code == 1 and "cannot replace src/util.py" in res.output
+    assert ws / "src/app.py" in renamed  # the first file really was replaced, then restored
+    assert {k: v[0] for k, v in tree(ws).items()} == {k: v[0] for k, v in before.items()}
+    assert not [p for p in ws.rglob("*") if p.name.endswith((_fileio.TEMP_SUFFIX, _fileio.BACKUP_SUFFIX))]
+
+
+def test_patch_version_conflict_on_any_file_writes_nothing(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    util_diff = "--- a/src/util.py\n+++ b/src/util.py\n@@ -1,2 +1,2 @@\n-line 1\n+LINE 1\n line 2\n"
+    monkeypatch.setattr(_fileio, "_before_commit", lambda paths: (ws / "src/util.py").write_text("changed\n"))
+    res = patch(ws, APP_DIFF + util_diff)
+    assert res.error_kind is not None and res.error_kind["type"] == "version_conflict"
+    assert res.error_kind["path"] == "src/util.py"
+    assert (ws / "src/app.py").read_text().endswith("return os.getcwd()\n")
+
+
+def test_patch_keeps_crlf_files_crlf(tmp_path: Path) -> None:
+    p = tmp_path / "win.txt"
+    p.write_bytes(b"one\r\ntwo\r\nthree\r\n")
+    res = patch(tmp_path, "--- a/win.txt\n+++ b/win.txt\n@@ -1,3 +1,4 @@\n one\n-two\n+2\n+2.5\n three\n")
+    assert res.ok, res.output
+    assert p.read_bytes() == b"one\r\n2\r\n2.5\r\nthree\r\n"
+    # A diff transported with CRLF line breaks applies the same way.
+    res2 = patch(tmp_path, "--- a/win.txt\r\n+++ b/win.txt\r\n@@ -4 +4 @@\r\n-three\r\n+3\r\n")
+    assert res2.ok and p.read_bytes() == b"one\r\n2\r\n2.5\r\n3\r\n"
+
+
+def test_patch_respects_no_newline_at_end_of_file_and_a_bom(tmp_path: Path) -> None:
+    p = tmp_path / "n.txt"
+    p.write_bytes(b"\xef\xbb\xbfa\nb")
+    keep = patch(
+        tmp_path,
+        "--- a/n.txt\n+++ b/n.txt\n@@ -2 +2 @@\n-b\n\\ No newline at end of file\n+B\n\\ No newline at end of file\n",
+    )
+    assert keep.ok and p.read_bytes() == b"\xef\xbb\xbfa\nB"
+    add = patch(tmp_path, "--- a/n.txt\n+++ b/n.txt\n@@ -2 +2 @@\n-B\n\\ No newline at end of file\n+B\n")
+    assert add.ok and p.read_bytes() == b"\xef\xbb\xbfa\nB\n"
+
+
+def test_patch_without_headers_uses_file_path(ws: Path) -> None:
+    res = patch(ws, "@@ -1,1 +1,1 @@\n-import os\n+import os, sys\n", file_path="src/app.py")
+    assert res.ok and (ws / "src/app.py").read_text().startswith("import os, sys\n")
+    no_target = patch(ws, "@@ -1,1 +1,1 @@\n-import os\n+import re\n")
+    assert no_target.exit_code == 1 and "pass file_path" in no_target.output
+    # With file_path naming another file than the headers, the headers are only labels.
+    res2 = patch(ws, "--- original\n+++ modified\n@@ -1 +1 @@\n-line 1\n+first\n", file_path="src/util.py")
+    assert res2.ok and (ws / "src/util.py").read_text().startswith("first\nline 2\n")
+
+
+def test_patch_body_with_wrong_counts_and_bare_empty_context_lines(tmp_path: Path) -> None:
+    p = tmp_path / "g.py"
+    p.write_text("def a():\n    pass\n\n\ndef b():\n    pass\n")
+    # Models drop the space before empty context lines and miscount headers; the body decides.
+    diff = "--- a/g.py\n+++ b/g.py\n@@ -1,9 +1,9 @@\n def a():\n-    pass\n+    return 1\n\n\n def b():\n"
+    res = patch(tmp_path, diff)
+    assert res.ok, res.output
+    assert p.read_text() == "def a():\n    return 1\n\n\ndef b():\n    pass\n"
+
+
+def test_b6_patch_refuses_paths_outside_the_workspace(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "ok.txt").write_text("a\n")
+    before = tree(root)
+    diff = (
+        "--- a/ok.txt\n+++ b/ok.txt\n@@ -1 +1 @@\n-a\n+b\n"
+        "--- /dev/null\n+++ b/../evil.txt\n@@ -0,0 +1 @@\n+pwned\n"
+    )
+    res = patch(root, diff)
+    assert res.error_kind is not None and res.error_kind["type"] == "path_outside_workspace"
+    assert tree(root) == before and not (tmp_path / "evil.txt").exists()
+    env = "*** Begin Patch\n*** Add File: /etc/evil\n+x\n*** End Patch\n"
+    res2 = patch(root, env)
+    assert res2.error_kind is not None and res2.error_kind["type"] == "path_outside_workspace"
+
+
+def test_patch_refuses_creating_an_existing_file_and_incomplete_deletes(ws: Path) -> None:
+    before = tree(ws)
+    create = patch(ws, "--- /dev/null\n+++ b/src/app.py\n@@ -0,0 +1 @@\n+x\n")
+    assert create.exit_code == 1 and "already exists" in create.output
+    delete = patch(ws, "--- a/src/util.py\n+++ /dev/null\n@@ -1,2 +0,0 @@\n-line 1\n-line 2\n")
+    assert delete.exit_code == 1 and "do not remove every line" in delete.output
+    assert tree(ws) == before
+
+
+def test_patch_paths_lists_every_touched_path() -> None:
+    params = TOOL.validate(
+        {"diff": "*** Begin Patch\n*** Update File: a.py\n*** Move to: b.py\n@@\n-x\n+y\n*** End Patch"}
+    )
+    assert patch_paths(params) == ["a.py", "b.py"]
+    caps = TOOL.capabilities(params)
+    assert not caps.read_only and caps.max_parallelism == 1
+    assert TOOL.requires == frozenset({"read", "write"}) and TOOL.path_fields == ("file_path",)

@@ -1,0 +1,132 @@
+"""The pure-Python grep engine: works over the Workspace protocol alone (no local root needed).
+
+It walks with ``ignore.walk`` (ripgrep's filters), reads each file with ``read_bytes``, and finds
+matching lines with one whole-text ``re`` search per matching line: ``^``/``$`` are line anchors
+(``re.MULTILINE``), and a match that spans a line end (``\\s``, ``[^x]`` or ``(?s).`` can cross one
+in whole-text mode) is re-checked line by line, so the result is exactly "lines the pattern
+matches", ripgrep's definition. Decoding follows ripgrep: a UTF-8 BOM is dropped, a UTF-16 BOM
+means UTF-16, invalid UTF-8 becomes U+FFFD; a NUL byte anywhere marks the file binary (skipped).
+"""
+
+from __future__ import annotations
+
+import re
+
+from kernel.workspace import Workspace
+from tools.search.grep import ContentSink, GrepQuery, Guard, Line, ScanResult, context_lines, read_failed
+from tools.search.ignore import IgnoreRules, walk
+
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def decode_text(data: bytes) -> str | None:
+    """The searchable text of a file, or None when it is binary."""
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        text = data.decode("utf-16", "replace")
+        return None if "\x00" in text else text
+    if b"\x00" in data:
+        return None
+    if data.startswith(UTF8_BOM):
+        data = data[3:]
+    return data.decode("utf-8", "replace")
+
+
+def compile_python(q: GrepQuery) -> re.Pattern[str]:
+    flags = re.MULTILINE | (0 if q.case_sensitive else re.IGNORECASE)
+    return re.compile(q.dialect.python, flags)
+
+
+def matching_lines(text: str, rx: re.Pattern[str]) -> list[int]:
+    """0-based indexes of the lines of ``text`` that ``rx`` matches (lines split on '\\n')."""
+    out: list[int] = []
+    n = len(text)
+    ends_open = n == 0 or text[-1] == "\n"  # position n then starts no line
+    pos = 0
+    line = 0
+    counted = 0  # text[:counted] has been counted into `line`
+    search = rx.search
+    count = text.count
+    find = text.find
+    while pos <= n:
+        m = search(text, pos)
+        if m is None:
+            break
+        s, e = m.span()
+        if s == n and ends_open:
+            break
+        line += count("\n", counted, s)
+        counted = s
+        spanned = count("\n", s, e)
+        if not spanned:
+            out.append(line)
+            nxt = find("\n", s)
+            if nxt < 0:
+                break
+            line += 1
+            counted = pos = nxt + 1
+            continue
+        # The match crossed a line end: check each spanned line on its own.
+        start = text.rfind("\n", 0, s) + 1
+        for k in range(spanned + 1):
+            stop = find("\n", start)
+            stop = n if stop < 0 else stop
+            if start == n and ends_open:
+                break
+            if search(text[start:stop]) is not None:
+                out.append(line + k)
+            start = stop + 1
+        line += spanned + 1
+        counted = pos = start
+        if start > n:
+            break
+    return out
+
+
+def split_lines(text: str) -> list[str]:
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+class PythonEngine:
+    name = "python"
+
+    def _files(self, ws: Workspace, q: GrepQuery, guard: Guard) -> list[str]:
+        if q.base_is_file:
+            return [q.base]
+        rules = IgnoreRules(ws)
+        paths = [e.path for e in walk(ws, q.base, rules, lambda: guard.stop) if q.included(e.path)]
+        guard.check()
+        paths.sort()
+        return paths
+
+    def _scan(self, ws: Workspace, q: GrepQuery, guard: Guard, sink: ContentSink | None) -> ScanResult:
+        rx = compile_python(q)
+        result = ScanResult()
+        for path in self._files(ws, q, guard):
+            guard.check()
+            try:
+                data = ws.read_bytes(path)
+            except Exception as exc:
+                if read_failed(exc):
+                    result.failed_reads += 1
+                    continue
+                raise
+            text = decode_text(data)
+            if text is None:
+                continue
+            hits = matching_lines(text, rx)
+            if not hits:
+                continue
+            result.counts[path] = len(hits)
+            if sink is not None and sink.wants(path):
+                lines: list[Line] = context_lines(split_lines(text), hits, q.context)
+                sink.add(path, lines)
+        return result
+
+    def counts(self, ws: Workspace, q: GrepQuery, guard: Guard) -> ScanResult:
+        return self._scan(ws, q, guard, None)
+
+    def content(self, ws: Workspace, q: GrepQuery, sink: ContentSink, guard: Guard) -> ScanResult:
+        return self._scan(ws, q, guard, sink)
