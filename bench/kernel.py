@@ -9,7 +9,6 @@ deadline, projection with evidence); the no-op tool is an async host tool return
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 import time
 from typing import Any

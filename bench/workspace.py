@@ -29,7 +29,9 @@ def bench_read_files() -> tuple[float, float]:
         for i in range(N_FILES):
             name = f"d{i % 20:02d}/f{i:04d}.py"
             (root / name).parent.mkdir(exist_ok=True)
-            (root / name).write_text("".join(f"def f{i}_{k}(x):  # line {k}\n" for k in range(LINES_PER_FILE)))
+            (root / name).write_text(
+                "".join(f"def f{i}_{k}(x):  # line {k}\n" for k in range(LINES_PER_FILE))
+            )
             names.append(name)
         session = agent.session(root, SessionOptions(artifact_store="memory"))
         t0 = time.perf_counter()
@@ -50,7 +52,9 @@ def bench_read_files() -> tuple[float, float]:
 
 def main() -> None:
     ours, cat = bench_read_files()
-    print(f"read.files of {N_FILES} files: {ours * 1000:.1f} ms; cat: {cat * 1000:.1f} ms; ratio {ours / cat:.1f}x")
+    print(
+        f"read.files of {N_FILES} files: {ours * 1000:.1f} ms; cat: {cat * 1000:.1f} ms; ratio {ours / cat:.1f}x"
+    )
     from bench.workspace_bash import bench_bash_memory
 
     mem = bench_bash_memory()

@@ -15,7 +15,9 @@ class Settings(BaseSettings):
 
     broker_url: str | None = Field(default=None, description="redis://host:port/db; unset = embedded mode")
     result_backend: str | None = Field(default=None, description="defaults to the broker URL")
-    state_url: str | None = Field(default=None, description="Redis for breakers/bulkheads/steps; defaults to broker")
+    state_url: str | None = Field(
+        default=None, description="Redis for breakers/bulkheads/steps; defaults to broker"
+    )
     queue: str = "a3s.tools"
     default_policy: str = "conservative"
     job_time_limit_s: int = 900

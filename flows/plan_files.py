@@ -54,7 +54,9 @@ def _decode(text: str, fmt: PlanFormat, source: str) -> Any:
         try:
             return json.loads(text)
         except json.JSONDecodeError as exc:
-            raise InvalidArgument(f"{source}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+            raise InvalidArgument(
+                f"{source}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+            ) from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

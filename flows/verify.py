@@ -68,11 +68,15 @@ class CommandSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     id: str = Field(max_length=MAX_ID_CHARS, description="Unique within the plan; names the JUnit testcase.")
-    kind: str = Field(default=DEFAULT_KIND, max_length=MAX_KIND_CHARS, description='Free text: "test", "lint"…')
+    kind: str = Field(
+        default=DEFAULT_KIND, max_length=MAX_KIND_CHARS, description='Free text: "test", "lint"…'
+    )
     description: str = Field(default="", max_length=MAX_DESCRIPTION_CHARS)
     command: str = Field(description="Run with `bash -c` at the workspace root.")
     required: bool = Field(default=True, description="Only required commands decide the verdict.")
-    timeout_ms: int = Field(default=DEFAULT_TIMEOUT_MS, ge=MIN_TIMEOUT_MS, le=MAX_TIMEOUT_MS, alias="timeoutMs")
+    timeout_ms: int = Field(
+        default=DEFAULT_TIMEOUT_MS, ge=MIN_TIMEOUT_MS, le=MAX_TIMEOUT_MS, alias="timeoutMs"
+    )
 
     @field_validator("id")
     @classmethod
@@ -185,7 +189,9 @@ def branch_for(command: CommandSpec) -> BranchSpec:
     # The subshell keeps a `cd` inside the command from moving the session cwd (module docstring);
     # the newlines keep a trailing comment in the command from swallowing the closing parenthesis.
     wrapped = f"(\n{command.command.rstrip()}\n)"
-    return BranchSpec(TOOL, {"command": wrapped, "timeout": command.timeout_ms}, f"{command.kind}: {command.id}")
+    return BranchSpec(
+        TOOL, {"command": wrapped, "timeout": command.timeout_ms}, f"{command.kind}: {command.id}"
+    )
 
 
 @dataclass

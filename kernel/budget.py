@@ -56,7 +56,11 @@ class BudgetTracker:
         self._lock = threading.Lock()
 
     def usage(self) -> dict[str, Any]:
-        return {"tool_calls": self.tool_calls, "output_bytes": self.output_bytes, "soft_sent": sorted(self._soft_sent)}
+        return {
+            "tool_calls": self.tool_calls,
+            "output_bytes": self.output_bytes,
+            "soft_sent": sorted(self._soft_sent),
+        }
 
     def check_before_call(self, now_ms: int) -> list[Threshold]:
         """Admit one call (counting it) or raise; returns newly crossed soft thresholds."""

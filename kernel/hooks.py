@@ -57,9 +57,9 @@ class PostToolInput:
     duration_ms: int
 
 
-PreHookResult = None | dict[str, Any] | Deny
+PreHookResult = dict[str, Any] | Deny | None
 PreToolHook = Callable[[PreToolInput], PreHookResult | Awaitable[PreHookResult]]
-PostToolHook = Callable[[PostToolInput], ToolResult | None | Awaitable[ToolResult | None]]
+PostToolHook = Callable[[PostToolInput], ToolResult | Awaitable[ToolResult | None] | None]
 
 
 async def call_maybe_async(fn: Callable[..., Any], *args: Any) -> Any:

@@ -21,7 +21,7 @@ import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from kernel.artifacts import ArtifactStore
 from kernel.budget import Budget, BudgetTracker
@@ -134,7 +134,9 @@ class Kernel:
         """A model tool call: full policy and confirmation."""
         return await self._top_level(name, args, Origin.AGENT, None)
 
-    async def _top_level(self, name: str, args: Any, origin: Origin, plane: ControlPlane | None) -> ToolResult:
+    async def _top_level(
+        self, name: str, args: Any, origin: Origin, plane: ControlPlane | None
+    ) -> ToolResult:
         inv = Invocation(name, args, origin, plane, self.ids("call"), self.registry.scoped())
         task = asyncio.current_task()
         if task is not None:
@@ -191,7 +193,9 @@ class Kernel:
                 # Nested: the parent owns the cancellation. Top level not closed: a caller's cancel.
                 self._finish_cancelled(inv, lc, label, t0)
                 raise
-            result = ToolResult.failure(inv.name, Cancelled(f"Tool '{inv.name}' cancelled: session closed", op=inv.name))
+            result = ToolResult.failure(
+                inv.name, Cancelled(f"Tool '{inv.name}' cancelled: session closed", op=inv.name)
+            )
             state = State.CANCELLED
         except ToolError as err:
             result = ToolResult.failure(inv.name, err)
@@ -204,7 +208,9 @@ class Kernel:
             return
         allowed = self.options.skill_allowed_tools
         if allowed is not None and inv.name not in allowed:
-            self._deny(inv, label, "skill_restriction", f"Tool '{inv.name}' is not allowed by the active skill")
+            self._deny(
+                inv, label, "skill_restriction", f"Tool '{inv.name}' is not allowed by the active skill"
+            )
         subject = spec.subject(params)
         decision = self.policy.decide(inv.name, subject)
         if isinstance(decision, Deny):
@@ -238,13 +244,15 @@ class Kernel:
         if approved is not True:
             raise ConfirmationRejected(f"Tool '{inv.name}' was rejected by the user", reason="rejected")
 
-    def _deny(self, inv: Invocation, label: str, reason: str, message: str) -> None:
+    def _deny(self, inv: Invocation, label: str, reason: str, message: str) -> NoReturn:
         self._emit("permission_denied", inv, label, {"reason": reason, "message": message})
         raise PermissionDenied(message, reason=reason)
 
     async def _pre_hooks(self, inv: Invocation, spec: ToolSpec, params: Any, label: str) -> Any:
         for hook in self.options.pre_tool_hooks:
-            hook_input = PreToolInput(self.session_id, inv.call_id, inv.parent_call_id, inv.name, freeze(inv.args), label)
+            hook_input = PreToolInput(
+                self.session_id, inv.call_id, inv.parent_call_id, inv.name, freeze(inv.args), label
+            )
             outcome = await call_maybe_async(hook, hook_input)
             if outcome is None:
                 continue
@@ -262,7 +270,9 @@ class Kernel:
                 params = spec.validate(outcome)
                 await self._gate(inv, spec, params, label)
                 continue
-            raise InvalidArgument(f"pre-tool hook returned {type(outcome).__name__}; expected None, dict or Deny")
+            raise InvalidArgument(
+                f"pre-tool hook returned {type(outcome).__name__}; expected None, dict or Deny"
+            )
         return params
 
     def _charge_call(self, inv: Invocation, label: str) -> None:
@@ -276,12 +286,24 @@ class Kernel:
                 "budget_threshold",
                 inv,
                 label,
-                {"kind": th.kind, "resource": th.resource, "consumed": th.consumed, "limit": th.limit, "message": th.message},
+                {
+                    "kind": th.kind,
+                    "resource": th.resource,
+                    "consumed": th.consumed,
+                    "limit": th.limit,
+                    "message": th.message,
+                },
             )
 
-    async def _run(self, inv: Invocation, spec: ToolSpec, params: Any, lc: Lifecycle, label: str) -> ToolResult:
+    async def _run(
+        self, inv: Invocation, spec: ToolSpec, params: Any, lc: Lifecycle, label: str
+    ) -> ToolResult:
         loop = asyncio.get_running_loop()
-        timeout_ms = self.options.tool_timeouts_ms.get(inv.name) or spec.timeout_ms or self.options.default_tool_timeout_ms
+        timeout_ms = (
+            self.options.tool_timeouts_ms.get(inv.name)
+            or spec.timeout_ms
+            or self.options.default_tool_timeout_ms
+        )
         deadline = loop.time() + timeout_ms / 1000
         if inv.deadline is not None:
             deadline = min(deadline, inv.deadline)
@@ -301,7 +323,9 @@ class Kernel:
         except TimeoutError:
             ctx.cancelled.set()
             duration_ms = int((loop.time() - started) * 1000)
-            raise Timeout(f"Tool '{inv.name}' timed out after {timeout_ms}ms", op=inv.name, duration_ms=duration_ms) from None
+            raise Timeout(
+                f"Tool '{inv.name}' timed out after {timeout_ms}ms", op=inv.name, duration_ms=duration_ms
+            ) from None
         except asyncio.CancelledError:
             ctx.cancelled.set()
             raise
@@ -324,7 +348,9 @@ class Kernel:
 
     def _recursion_guard(self, inv: Invocation) -> None:
         if inv.name in RECURSION_GUARDED and inv.name in inv.stack:
-            raise RecursionLimit(f"recursive {inv.name} calls are not allowed", tool=inv.name, depth=inv.depth)
+            raise RecursionLimit(
+                f"recursive {inv.name} calls are not allowed", tool=inv.name, depth=inv.depth
+            )
         if inv.depth > self.options.max_nesting_depth:
             raise RecursionLimit(
                 f"nesting depth {inv.depth} exceeds the limit of {self.options.max_nesting_depth}",
@@ -399,7 +425,12 @@ class Kernel:
                 k: self.redactor.redact(v) if isinstance(v, str) else v for k, v in result.error_kind.items()
             }
         metadata: Any = result.metadata
-        if isinstance(metadata, dict) and self.compact_change is not None and "before" in metadata and "after" in metadata:
+        if (
+            isinstance(metadata, dict)
+            and self.compact_change is not None
+            and "before" in metadata
+            and "after" in metadata
+        ):
             metadata = self.compact_change(metadata, self.artifacts, inv.name)
         result.output, result.metadata = self.projector.project(inv.name, result.output, metadata)
         if spec is not None:
@@ -408,7 +439,9 @@ class Kernel:
         lc.to(state)
         duration_ms = int((self.clock.monotonic() - t0) * 1000)
         if result.exit_code != 0:
-            self._emit("tool_error", inv, label, {"error_kind": result.error_kind, "message": result.output[:2048]})
+            self._emit(
+                "tool_error", inv, label, {"error_kind": result.error_kind, "message": result.output[:2048]}
+            )
         self._emit(
             "tool_end",
             inv,
@@ -428,17 +461,29 @@ class Kernel:
         if not lc.terminal:
             lc.to(State.CANCELLED)
         kind = {"type": "cancelled", "op": inv.name}
-        self._emit("tool_error", inv, label, {"error_kind": kind, "message": f"Tool '{inv.name}' cancelled by caller"})
+        self._emit(
+            "tool_error",
+            inv,
+            label,
+            {"error_kind": kind, "message": f"Tool '{inv.name}' cancelled by caller"},
+        )
         self._emit(
             "tool_end",
             inv,
             label,
-            {"exit_code": 1, "state": "cancelled", "duration_ms": int((self.clock.monotonic() - t0) * 1000), "error_kind": kind},
+            {
+                "exit_code": 1,
+                "state": "cancelled",
+                "duration_ms": int((self.clock.monotonic() - t0) * 1000),
+                "error_kind": kind,
+            },
         )
         self.active.pop(inv.call_id, None)
 
     def _emit(self, type_: str, inv: Invocation, label: str, data: dict[str, Any]) -> None:
-        self.sink.emit(Event(type_, inv.call_id, inv.name, label, self.clock.now_ms(), inv.parent_call_id, data))
+        self.sink.emit(
+            Event(type_, inv.call_id, inv.name, label, self.clock.now_ms(), inv.parent_call_id, data)
+        )
 
 
 def _child_origin(inv: Invocation, spec: ToolSpec) -> Origin:

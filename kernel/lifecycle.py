@@ -6,12 +6,12 @@ state is reachable from any earlier state; any transition after a terminal one i
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from kernel.errors import KernelFault
 
 
-class State(str, Enum):
+class State(StrEnum):
     CREATED = "created"
     ADMITTED = "admitted"
     GATE_PENDING = "gate_pending"

@@ -13,17 +13,17 @@ Origin is decided by *who constructs the invocation*, never read from ambient co
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class Origin(str, Enum):
+class Origin(StrEnum):
     AGENT = "agent"
     GOVERNED_NESTED = "governed_nested"
     HOST_DIRECT = "host_direct"
     TRUSTED_HOST_NESTED = "trusted_host_nested"
 
 
-class ControlPlane(str, Enum):
+class ControlPlane(StrEnum):
     """Only meaningful for ``host_direct``: does the call skip model-side policy?"""
 
     TRUSTED = "trusted"

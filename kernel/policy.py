@@ -54,7 +54,9 @@ class Rule:
         if not m:
             raise InvalidArgument(f"invalid permission rule {text!r}: expected Tool or Tool(specifier)")
         tool, spec = m.group(1), m.group(2)
-        spec_re = None if spec is None or spec.strip() in ("", "*", "**") else re.compile(translate(spec.strip()))
+        spec_re = (
+            None if spec is None or spec.strip() in ("", "*", "**") else re.compile(translate(spec.strip()))
+        )
         return cls(text=text.strip(), tool=re.compile(translate(tool)), specifier=spec_re)
 
     def matches(self, tool: str, subject: str | None) -> bool:

@@ -43,7 +43,9 @@ class DefaultSecretRedactor:
 
 
 def _replace(m: re.Match[str]) -> str:
-    prefix = m.group(1) if m.lastindex and m.group(1) and m.group(1).lower().startswith("authorization") else ""
+    prefix = (
+        m.group(1) if m.lastindex and m.group(1) and m.group(1).lower().startswith("authorization") else ""
+    )
     return prefix + REDACTED
 
 

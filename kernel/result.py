@@ -31,9 +31,7 @@ class ToolResult:
         return cls(name=name, output=output, exit_code=0, metadata=metadata or {})
 
     @classmethod
-    def failure(
-        cls, name: str, error: ToolError, metadata: dict[str, Any] | None = None
-    ) -> ToolResult:
+    def failure(cls, name: str, error: ToolError, metadata: dict[str, Any] | None = None) -> ToolResult:
         meta = dict(metadata or {})
         return cls(name=name, output=error.message, exit_code=1, metadata=meta, error_kind=error.to_kind())
 

@@ -126,7 +126,9 @@ class ToolSpec:
         assert validator is not None
         errors = sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path))
         if errors:
-            lines = [f"{_pointer(list(e.absolute_path))}: {e.message}" for e in errors[:MAX_VALIDATION_ERRORS]]
+            lines = [
+                f"{_pointer(list(e.absolute_path))}: {e.message}" for e in errors[:MAX_VALIDATION_ERRORS]
+            ]
             raise _invalid(self.name, lines)
         return args
 

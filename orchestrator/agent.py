@@ -66,7 +66,9 @@ class Agent:
         options = options or SessionOptions()
         pinned = ToolResultTransformPolicyV1.from_json(snapshot["config"]["tool_result_transform_policy"])
         if pinned.binding() != snapshot["transform_binding"]:
-            raise InvalidArgument("snapshot transform binding drifted from its pinned policy; refusing to resume")
+            raise InvalidArgument(
+                "snapshot transform binding drifted from its pinned policy; refusing to resume"
+            )
         if options.tool_result_transform_policy is None:
             options = dataclasses.replace(options, tool_result_transform_policy=pinned)
         elif options.tool_result_transform_policy.digest() != pinned.digest():

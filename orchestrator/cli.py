@@ -44,7 +44,11 @@ def _one_line_errors(fn: F) -> F:
 def _policy(name: str) -> Any:
     from kernel.projection import ToolResultTransformPolicyV1
 
-    return ToolResultTransformPolicyV1.context_efficient() if name == "context-efficient" else ToolResultTransformPolicyV1.conservative()
+    return (
+        ToolResultTransformPolicyV1.context_efficient()
+        if name == "context-efficient"
+        else ToolResultTransformPolicyV1.conservative()
+    )
 
 
 @click.group()
@@ -77,7 +81,9 @@ def tools_cmd(workspace: str, as_json: bool) -> None:
 @click.argument("args_json", required=False, default="{}")
 @click.option("--workspace", "-w", default=".", show_default=True, help="Directory or git:REPO@REV.")
 @click.option("--policy", type=click.Choice(POLICIES), default="conservative", show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print {name, output, exit_code, metadata, error_kind}.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print {name, output, exit_code, metadata, error_kind}."
+)
 @_one_line_errors
 def tool_cmd(name: str, args_json: str, workspace: str, policy: str, as_json: bool) -> None:
     """Run one tool host-direct. ARGS_JSON is a JSON object, or - to read it from stdin."""

@@ -41,11 +41,23 @@ def register(main: click.Group) -> None:
 
 @click.command("verify")
 @click.argument("plan", type=click.Path(dir_okay=True, path_type=Path))
-@click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), help="Write JUnit XML here.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the JSON report here.")
-@click.option("--broker", default=None, help="redis://… broker: run on the fleet (default: $A3S_BROKER_URL, else embedded).")
-@click.option("--workspace", "-w", default=".", show_default=True, help="Where the commands run (a directory).")
-def verify_cmd(plan: Path, junit_path: Path | None, json_path: Path | None, broker: str | None, workspace: str) -> None:
+@click.option(
+    "--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), help="Write JUnit XML here."
+)
+@click.option(
+    "--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the JSON report here."
+)
+@click.option(
+    "--broker",
+    default=None,
+    help="redis://… broker: run on the fleet (default: $A3S_BROKER_URL, else embedded).",
+)
+@click.option(
+    "--workspace", "-w", default=".", show_default=True, help="Where the commands run (a directory)."
+)
+def verify_cmd(
+    plan: Path, junit_path: Path | None, json_path: Path | None, broker: str | None, workspace: str
+) -> None:
     """Run the verification PLAN (JSON or TOML) in parallel; exit 1 if a required command fails."""
     from flows.plan_files import load_plan
 
@@ -130,7 +142,9 @@ class Progress:
 
     def header(self, where: str) -> None:
         required = sum(c.required for c in self.plan.commands)
-        self._print(f"verify: {self.plan.title} {self.dash} {self.total} commands ({required} required), {where}")
+        self._print(
+            f"verify: {self.plan.title} {self.dash} {self.total} commands ({required} required), {where}"
+        )
 
     def start(self) -> None:
         self._t0 = time.monotonic()

@@ -70,7 +70,11 @@ class FanOutResult:
         return [o.index for o in self.outcomes if o.status != "succeeded"]
 
     def to_json(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "status": self.status, "outcomes": [o.to_json() for o in self.outcomes]}
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "outcomes": [o.to_json() for o in self.outcomes],
+        }
 
 
 @dataclass(frozen=True)
@@ -173,7 +177,9 @@ async def fan_out(
     return result
 
 
-def _terminal(outcomes: list[BranchOutcome], policy: FanOutPolicy, cancelled: bool) -> Literal["complete", "partial", "failed", "cancelled"]:
+def _terminal(
+    outcomes: list[BranchOutcome], policy: FanOutPolicy, cancelled: bool
+) -> Literal["complete", "partial", "failed", "cancelled"]:
     if cancelled:
         return "cancelled"
     ok = sum(o.status == "succeeded" for o in outcomes)

@@ -31,7 +31,9 @@ class LoopThread:
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         if threading.current_thread() is self._thread:
             coro.close()
-            raise RuntimeError("blocking SDK call from inside the agent's event loop; use the *_async variant")
+            raise RuntimeError(
+                "blocking SDK call from inside the agent's event loop; use the *_async variant"
+            )
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:

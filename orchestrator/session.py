@@ -21,7 +21,15 @@ from kernel.events import Event, MemoryEventSink
 from kernel.kernel import Kernel
 from kernel.result import ToolResult
 from kernel.spec import ToolSpec
-from orchestrator.fanout import Branch, BranchRunner, FanOutPolicy, FanOutResult, InProcessRunner, ProgressFn, fan_out
+from orchestrator.fanout import (
+    Branch,
+    BranchRunner,
+    FanOutPolicy,
+    FanOutResult,
+    InProcessRunner,
+    ProgressFn,
+    fan_out,
+)
 from orchestrator.loop import LoopThread
 from orchestrator.snapshot import build_snapshot
 
@@ -39,7 +47,9 @@ class InvocationRuntime:
 
 
 class Session:
-    def __init__(self, kernel: Kernel, loop: LoopThread, memory: MemoryEventSink, workspace_name: str) -> None:
+    def __init__(
+        self, kernel: Kernel, loop: LoopThread, memory: MemoryEventSink, workspace_name: str
+    ) -> None:
         self.kernel = kernel
         self.id = kernel.session_id
         self.workspace_name = workspace_name
@@ -188,7 +198,13 @@ class Session:
 
     def edit_file(self, path: str, old_string: str, new_string: str, replace_all: bool = False) -> ToolResult:
         return self.tool(
-            "edit", {"file_path": path, "old_string": old_string, "new_string": new_string, "replace_all": replace_all}
+            "edit",
+            {
+                "file_path": path,
+                "old_string": old_string,
+                "new_string": new_string,
+                "replace_all": replace_all,
+            },
         )
 
     def patch_file(self, path: str, diff: str) -> ToolResult:

@@ -141,13 +141,13 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
         applied = max(applied, width)
         any_parallel = any_parallel or (parallel and width > 1)
 
-        async def one(i: int) -> None:
+        async def one(i: int, prepared: dict[int, dict[str, Any]] = prepared) -> None:
             results[i] = await ctx.invoke(calls[i].tool, prepared[i])
 
         if width > 1:
             gate = asyncio.Semaphore(width)
 
-            async def gated(i: int) -> None:
+            async def gated(i: int, gate: asyncio.Semaphore = gate) -> None:
                 async with gate:
                     await one(i)
 
@@ -245,5 +245,12 @@ TOOL = ToolSpec(
     params=Params,
     run=run,
     orchestrator=True,
-    examples=({"invocations": [{"tool": "read", "args": {"file_path": "a.py"}}, {"tool": "ls", "args": {"path": "src"}}]},),
+    examples=(
+        {
+            "invocations": [
+                {"tool": "read", "args": {"file_path": "a.py"}},
+                {"tool": "ls", "args": {"path": "src"}},
+            ]
+        },
+    ),
 )

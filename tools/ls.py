@@ -42,7 +42,9 @@ def decode_cursor(cursor: str) -> str:
             raise TypeError
         return after
     except (binascii.Error, ValueError, KeyError, TypeError) as exc:
-        raise InvalidArgument(f"invalid cursor {cursor!r}: copy it back verbatim from a previous page") from exc
+        raise InvalidArgument(
+            f"invalid cursor {cursor!r}: copy it back verbatim from a previous page"
+        ) from exc
 
 
 def _fmt_size(n: int) -> str:
@@ -61,7 +63,9 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
     page = entries[: params.limit]
     more = len(entries) > len(page)
     shown = params.path.strip("/") or "."
-    lines = [f"{shown}/ ({len(page)} entr{'y' if len(page) == 1 else 'ies'}{', more available' if more else ''})"]
+    lines = [
+        f"{shown}/ ({len(page)} entr{'y' if len(page) == 1 else 'ies'}{', more available' if more else ''})"
+    ]
     for e in page:
         if e.kind == "dir":
             lines.append(f"  {e.name}/")
@@ -76,7 +80,12 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
         "path": shown,
         "source_anchors": [e.path for e in page[:64]],
         "entries": [{"name": e.name, "kind": e.kind, "size": e.size} for e in page],
-        "page": {"limit": params.limit, "returned": len(page), "cursor": params.cursor or None, "next_cursor": next_cursor},
+        "page": {
+            "limit": params.limit,
+            "returned": len(page),
+            "cursor": params.cursor or None,
+            "next_cursor": next_cursor,
+        },
     }
     return ToolResult.success("ls", "\n".join(lines) + "\n", meta)
 

@@ -30,7 +30,13 @@ MAX_SINGLE_OUTPUT_BYTES = 98_304
 DEFAULT_BATCH_OUTPUT_BYTES = 65_536
 MIN_BATCH_OUTPUT_BYTES = 1024
 MAX_BATCH_OUTPUT_BYTES = 98_304
-IMAGE_TYPES = {"jpg": "image/jpeg", "jpeg": "image/jpeg", "png": "image/png", "gif": "image/gif", "webp": "image/webp"}
+IMAGE_TYPES = {
+    "jpg": "image/jpeg",
+    "jpeg": "image/jpeg",
+    "png": "image/png",
+    "gif": "image/gif",
+    "webp": "image/webp",
+}
 
 
 class FileRequest(BaseModel):
@@ -44,12 +50,20 @@ class Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
     file_path: str | None = Field(default=None, min_length=1, description="Workspace-relative file to read.")
     files: list[FileRequest] | None = Field(
-        default=None, min_length=1, max_length=MAX_BATCH_FILES, description="Batch mode: several files, one budget."
+        default=None,
+        min_length=1,
+        max_length=MAX_BATCH_FILES,
+        description="Batch mode: several files, one budget.",
     )
     offset: int | None = Field(default=None, ge=0, description="Lines to skip (0-based).")
-    limit: int | None = Field(default=None, ge=1, description="Lines to return (max 2000; larger is clamped).")
+    limit: int | None = Field(
+        default=None, ge=1, description="Lines to return (max 2000; larger is clamped)."
+    )
     max_output_bytes: int | None = Field(
-        default=None, ge=MIN_BATCH_OUTPUT_BYTES, le=MAX_BATCH_OUTPUT_BYTES, description="Batch mode byte budget."
+        default=None,
+        ge=MIN_BATCH_OUTPUT_BYTES,
+        le=MAX_BATCH_OUTPUT_BYTES,
+        description="Batch mode byte budget.",
     )
 
     @model_validator(mode="after")
@@ -152,7 +166,10 @@ def _read_image(ctx: ToolContext, path: str, media: str, offset: int | None, lim
         raise InvalidArgument("images can only be read from a local workspace")
     data = ctx.workspace.read_bytes(path)
     uri = ctx.artifacts.put("read", data)
-    meta = {"source_anchors": [path], "attachment": {"media_type": media, "bytes": len(data), "artifact_uri": uri}}
+    meta = {
+        "source_anchors": [path],
+        "attachment": {"media_type": media, "bytes": len(data), "artifact_uri": uri},
+    }
     return ToolResult.success("read", f"[Image: {media} ({len(data)} bytes)]", meta)
 
 
@@ -196,7 +213,9 @@ def _read_batch(ctx: ToolContext, files: list[FileRequest], budget: int) -> Tool
             used += size(seg)
             completed += 1
             failed += 1
-            file_meta.append({"path": item.path, "success": False, "error": err.message, "error_kind": err.to_kind()})
+            file_meta.append(
+                {"path": item.path, "success": False, "error": err.message, "error_kind": err.to_kind()}
+            )
             continue
         limit = item.limit or MAX_LIMIT_LINES
         stop = min(len(lines), item.offset + limit)
@@ -212,11 +231,20 @@ def _read_batch(ctx: ToolContext, files: list[FileRequest], budget: int) -> Tool
             completed += 1
             successful += 1
             returned_lines += len(rendered)
-            file_meta.append({"path": item.path, "success": True, "returned_lines": len(rendered), "total_lines": len(lines)})
+            file_meta.append(
+                {
+                    "path": item.path,
+                    "success": True,
+                    "returned_lines": len(rendered),
+                    "total_lines": len(lines),
+                }
+            )
             continue
 
         # Partial: the largest prefix of lines that fits together with the continuation footer.
-        def cont_after(k: int, item: FileRequest = item, i: int = i) -> list[dict[str, Any]]:
+        def cont_after(
+            k: int, item: FileRequest = item, i: int = i, limit: int = limit
+        ) -> list[dict[str, Any]]:
             return [{"path": item.path, "offset": item.offset + k, "limit": limit - k}, *rest(i + 1)]
 
         prefix = [0]
@@ -241,7 +269,15 @@ def _read_batch(ctx: ToolContext, files: list[FileRequest], budget: int) -> Tool
         used += size(header) + prefix[k] + 1
         returned_lines += k
         successful += 1
-        file_meta.append({"path": item.path, "success": True, "returned_lines": k, "total_lines": len(lines), "partial": True})
+        file_meta.append(
+            {
+                "path": item.path,
+                "success": True,
+                "returned_lines": k,
+                "total_lines": len(lines),
+                "partial": True,
+            }
+        )
         continuation = cont_after(k)
         break
 
@@ -273,7 +309,13 @@ def _read_batch(ctx: ToolContext, files: list[FileRequest], budget: int) -> Tool
         },
     }
     if status == "failed":
-        return ToolResult(name="read", output=output, exit_code=1, metadata=meta, error_kind={"type": "partial_failure", "failed": failed, "total": n})
+        return ToolResult(
+            name="read",
+            output=output,
+            exit_code=1,
+            metadata=meta,
+            error_kind={"type": "partial_failure", "failed": failed, "total": n},
+        )
     return ToolResult.success("read", output, meta)
 
 
@@ -290,5 +332,8 @@ TOOL = ToolSpec(
     requires=frozenset({"read"}),
     subject=subject,
     path_fields=("file_path",),
-    examples=({"file_path": "src/main.py"}, {"files": [{"path": "a.py"}, {"path": "b.py", "offset": 100, "limit": 50}]}),
+    examples=(
+        {"file_path": "src/main.py"},
+        {"files": [{"path": "a.py"}, {"path": "b.py", "offset": 100, "limit": 50}]},
+    ),
 )

@@ -16,7 +16,9 @@ from orchestrator import Agent
 def test_k3_budget_denies_before_side_effects_and_emits_thresholds(agent: Agent, workspace: Path) -> None:
     ran: list[int] = []
     s = agent.session(workspace, SessionOptions(budget=Budget(max_tool_calls=3)))
-    s.register_tool("effect", lambda a: ran.append(1) or "done", description="x", parameters={"type": "object"})
+    s.register_tool(
+        "effect", lambda a: ran.append(1) or "done", description="x", parameters={"type": "object"}
+    )
     results = [s.tool("effect", {}) for _ in range(4)]
     assert [r.exit_code for r in results] == [0, 0, 0, 1]
     assert results[3].error_kind and results[3].error_kind["type"] == "budget_exhausted"
@@ -68,7 +70,9 @@ def test_lifecycle_has_exactly_one_terminal_transition() -> None:
         ({"bogus": 1}, "failed"),
     ],
 )
-def test_lifecycle_state_reported_in_tool_end(agent: Agent, workspace: Path, args: dict[str, Any], state: str) -> None:
+def test_lifecycle_state_reported_in_tool_end(
+    agent: Agent, workspace: Path, args: dict[str, Any], state: str
+) -> None:
     s = agent.session(workspace)
     s.tool("read", args)
     ends = [e.data["state"] for e in s.events() if e.type == "tool_end"]

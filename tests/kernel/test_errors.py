@@ -52,7 +52,11 @@ def test_k8_unknown_kinds_never_import_anything() -> None:
 
 
 def test_k8_timeout_and_hook_denied_shapes() -> None:
-    assert ERROR_KINDS["timeout"]("t", op="bash", duration_ms=5).to_kind() == {"type": "timeout", "op": "bash", "duration_ms": 5}
+    assert ERROR_KINDS["timeout"]("t", op="bash", duration_ms=5).to_kind() == {
+        "type": "timeout",
+        "op": "bash",
+        "duration_ms": 5,
+    }
     assert ERROR_KINDS["hook_denied"]("d", reason="r", retryable=True, retry_after_ms=10).to_kind() == {
         "type": "hook_denied",
         "reason": "r",

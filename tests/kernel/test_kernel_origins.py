@@ -42,12 +42,19 @@ def test_k1_trusted_host_direct_skips_deny_policy_but_not_pre_hook(agent: Agent,
     assert ok.exit_code == 0 and "hello world" in ok.output
     blocked = s.tool("read", {"file_path": "secret.txt"})
     assert blocked.exit_code == 1
-    assert blocked.error_kind == {"type": "hook_denied", "reason": "no secrets", "retryable": False, "retry_after_ms": None}
+    assert blocked.error_kind == {
+        "type": "hook_denied",
+        "reason": "no secrets",
+        "retryable": False,
+        "retry_after_ms": None,
+    }
     assert seen == ["host_direct_trusted", "host_direct_trusted"]
 
 
 def test_k1_governed_host_direct_is_denied_by_policy(agent: Agent, workspace: Path) -> None:
-    s = agent.session(workspace, SessionOptions(permission_policy=PermissionPolicy(deny=["read(*.md)"], allow=["read"])))
+    s = agent.session(
+        workspace, SessionOptions(permission_policy=PermissionPolicy(deny=["read(*.md)"], allow=["read"]))
+    )
     denied = s.governed_tool("read", {"file_path": "README.md"})
     assert denied.exit_code == 1
     assert denied.error_kind and denied.error_kind["type"] == "permission_denied"
@@ -65,7 +72,9 @@ def test_k1_host_direct_batch_children_are_trusted_host_nested(agent: Agent, wor
 
 
 def test_k1_governed_batch_children_are_governed_nested(agent: Agent, workspace: Path) -> None:
-    s = agent.session(workspace, SessionOptions(permission_policy=PermissionPolicy(allow=["batch"], deny=["read"])))
+    s = agent.session(
+        workspace, SessionOptions(permission_policy=PermissionPolicy(allow=["batch"], deny=["read"]))
+    )
     res = s.governed_tool("batch", {"invocations": [{"tool": "read", "args": {"file_path": "README.md"}}]})
     assert _origins(s, "read") == ["governed_nested"]
     # The child went through the full gate and was refused; the batch itself reports it.
@@ -81,7 +90,9 @@ def test_k1_agent_batch_children_are_governed_nested(agent: Agent, workspace: Pa
     assert _origins(s, "read") == ["governed_nested"]
 
 
-def test_k2_host_tool_nested_calls_are_governed_even_under_trusted_host_direct(agent: Agent, workspace: Path) -> None:
+def test_k2_host_tool_nested_calls_are_governed_even_under_trusted_host_direct(
+    agent: Agent, workspace: Path
+) -> None:
     """A custom tool nests only through InvocationRuntime, which always yields governed_nested."""
     s = agent.session(workspace, SessionOptions(permission_policy=PermissionPolicy(deny=["read"])))
 
@@ -100,13 +111,22 @@ def test_k2_dynamic_tools_cannot_claim_builtin_or_orchestrator_trust(agent: Agen
     async def body(ctx: Any, args: Any) -> ToolResult:
         return await ctx.invoke("read", {"file_path": "README.md"})
 
-    fake = ToolSpec(name="fake_batch", description="x", parameters={"type": "object"}, run=body, orchestrator=True)
+    fake = ToolSpec(
+        name="fake_batch", description="x", parameters={"type": "object"}, run=body, orchestrator=True
+    )
     s.kernel.registry.register(fake)
     s.tool("fake_batch", {})
     assert _origins(s, "read") == ["governed_nested"]
     with pytest.raises(InvalidArgument):
         s.kernel.registry.register(
-            ToolSpec(name="x2", description="x", parameters={"type": "object"}, run=body, orchestrator=True, builtin=True)
+            ToolSpec(
+                name="x2",
+                description="x",
+                parameters={"type": "object"},
+                run=body,
+                orchestrator=True,
+                builtin=True,
+            )
         )
 
 
@@ -146,14 +166,19 @@ def test_k3_pre_hook_rewrite_is_validated_again(agent: Agent, workspace: Path) -
     s = agent.session(workspace, SessionOptions(pre_tool_hooks=[lambda inp: {"file_path": 42}]))
     res = s.tool("read", {"file_path": "README.md"})
     assert res.error_kind and res.error_kind["type"] == "invalid_argument"
-    s2 = agent.session(workspace, SessionOptions(pre_tool_hooks=[lambda inp: {"file_path": "notes.txt", "limit": 1}]))
+    s2 = agent.session(
+        workspace, SessionOptions(pre_tool_hooks=[lambda inp: {"file_path": "notes.txt", "limit": 1}])
+    )
     res2 = s2.tool("read", {"file_path": "README.md"})
     assert res2.exit_code == 0 and "line 1" in res2.output
 
 
 def test_k3_pre_hook_rewrite_cannot_escape_permission_policy(agent: Agent, workspace: Path) -> None:
     hook = lambda inp: {"file_path": "README.md"}  # noqa: E731
-    opts = SessionOptions(permission_policy=PermissionPolicy(allow=["read(notes.txt)"], deny=["read(README.md)"]), pre_tool_hooks=[hook])
+    opts = SessionOptions(
+        permission_policy=PermissionPolicy(allow=["read(notes.txt)"], deny=["read(README.md)"]),
+        pre_tool_hooks=[hook],
+    )
     res = agent.session(workspace, opts).governed_tool("read", {"file_path": "notes.txt"})
     assert res.error_kind and res.error_kind["type"] == "permission_denied"
 
@@ -180,8 +205,15 @@ def test_k3_confirmation_sync_async_reject_and_timeout(agent: Agent, workspace: 
         assert req.tool == "read" and req.origin == "agent"
         return True
 
-    assert agent.session(workspace, SessionOptions(confirmation=approve)).model_tool_call("read", {"file_path": "README.md"}).exit_code == 0
-    rejected = agent.session(workspace, SessionOptions(confirmation=lambda r: False)).model_tool_call("read", {"file_path": "README.md"})
+    assert (
+        agent.session(workspace, SessionOptions(confirmation=approve))
+        .model_tool_call("read", {"file_path": "README.md"})
+        .exit_code
+        == 0
+    )
+    rejected = agent.session(workspace, SessionOptions(confirmation=lambda r: False)).model_tool_call(
+        "read", {"file_path": "README.md"}
+    )
     assert rejected.error_kind == {"type": "confirmation_rejected", "reason": "rejected"}
 
     async def slow(req: Any) -> bool:
@@ -193,7 +225,9 @@ def test_k3_confirmation_sync_async_reject_and_timeout(agent: Agent, workspace: 
     assert timed.error_kind == {"type": "confirmation_rejected", "reason": "timeout"}
 
 
-def test_k3_allow_rule_skips_confirmation_and_deny_beats_ask_beats_allow(agent: Agent, workspace: Path) -> None:
+def test_k3_allow_rule_skips_confirmation_and_deny_beats_ask_beats_allow(
+    agent: Agent, workspace: Path
+) -> None:
     asked: list[str] = []
     opts = SessionOptions(
         permission_policy=PermissionPolicy(allow=["read", "ls"], ask=["read(notes*)"], deny=["read(*.md)"]),
@@ -207,9 +241,14 @@ def test_k3_allow_rule_skips_confirmation_and_deny_beats_ask_beats_allow(agent: 
 
 
 def test_k3_skill_restriction_applies_to_model_side_only(agent: Agent, workspace: Path) -> None:
-    opts = SessionOptions(skill_allowed_tools=frozenset({"ls"}), permission_policy=PermissionPolicy(allow=["*"]))
+    opts = SessionOptions(
+        skill_allowed_tools=frozenset({"ls"}), permission_policy=PermissionPolicy(allow=["*"])
+    )
     s = agent.session(workspace, opts)
-    assert s.model_tool_call("read", {"file_path": "README.md"}).error_kind == {"type": "permission_denied", "reason": "skill_restriction"}
+    assert s.model_tool_call("read", {"file_path": "README.md"}).error_kind == {
+        "type": "permission_denied",
+        "reason": "skill_restriction",
+    }
     assert s.model_tool_call("ls", {}).exit_code == 0
     assert s.tool("read", {"file_path": "README.md"}).exit_code == 0
 
@@ -281,7 +320,9 @@ def test_k3_per_tool_slots_serialize_calls(agent: Agent, workspace: Path) -> Non
 
 
 def test_k3_recursion_depth_is_limited(agent: Agent, workspace: Path) -> None:
-    s = agent.session(workspace, SessionOptions(max_nesting_depth=3, permission_policy=PermissionPolicy(allow=["*"])))
+    s = agent.session(
+        workspace, SessionOptions(max_nesting_depth=3, permission_policy=PermissionPolicy(allow=["*"]))
+    )
 
     async def recurse(args: dict[str, Any], runtime: Any) -> ToolResult:
         return await runtime.invoke_tool("recurse", {})
@@ -316,7 +357,9 @@ def test_s5_events_are_ordered_per_call_with_ids_origin_and_timing(agent: Agent,
     for call_id in {e.call_id for e in events}:
         types = [e.type for e in events if e.call_id == call_id]
         assert types[0] == "tool_start" and types[-1] == "tool_end"
-        assert [e.seq for e in events if e.call_id == call_id] == sorted(e.seq for e in events if e.call_id == call_id)
+        assert [e.seq for e in events if e.call_id == call_id] == sorted(
+            e.seq for e in events if e.call_id == call_id
+        )
     end = next(e for e in events if e.type == "tool_end" and e.tool == "batch")
     assert end.data["duration_ms"] >= 0 and end.origin == "host_direct_trusted"
     assert any(e.type == "tool_error" and e.tool == "nope" for e in events)

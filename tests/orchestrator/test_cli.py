@@ -13,13 +13,18 @@ BIN = [sys.executable, "-m", "orchestrator.cli"]
 
 def run(args: list[str], cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("A3S_")}
-    return subprocess.run([*BIN, *args], cwd=cwd, input=stdin, capture_output=True, text=True, env=env, timeout=60)
+    return subprocess.run(
+        [*BIN, *args], cwd=cwd, input=stdin, capture_output=True, text=True, env=env, timeout=60
+    )
 
 
 def test_cli_tools_lists_surface(workspace: Path) -> None:
     out = run(["tools"], workspace)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[0].split()[0] == sorted(line.split()[0] for line in out.stdout.splitlines())[0]
+    assert (
+        out.stdout.splitlines()[0].split()[0]
+        == sorted(line.split()[0] for line in out.stdout.splitlines())[0]
+    )
     defs = json.loads(run(["tools", "--json"], workspace).stdout)
     assert {"read", "ls", "batch"} <= {d["name"] for d in defs}
 
@@ -27,7 +32,11 @@ def test_cli_tools_lists_surface(workspace: Path) -> None:
 def test_cli_tool_prints_output_and_json_with_exit_codes(workspace: Path) -> None:
     ok = run(["tool", "read", '{"file_path": "README.md"}'], workspace)
     assert ok.returncode == 0 and "hello world" in ok.stdout
-    as_json = run(["tool", "read", "-", "--json", "--workspace", str(workspace)], Path("/"), stdin='{"file_path": "README.md"}')
+    as_json = run(
+        ["tool", "read", "-", "--json", "--workspace", str(workspace)],
+        Path("/"),
+        stdin='{"file_path": "README.md"}',
+    )
     data = json.loads(as_json.stdout)
     assert set(data) == {"name", "output", "exit_code", "metadata", "error_kind"} and data["exit_code"] == 0
     missing = run(["tool", "read", '{"file_path": "nope"}', "--json"], workspace)
@@ -36,7 +45,11 @@ def test_cli_tool_prints_output_and_json_with_exit_codes(workspace: Path) -> Non
 
 def test_cli_errors_are_one_line_without_traceback(workspace: Path) -> None:
     bad_json = run(["tool", "read", "{not json"], workspace)
-    assert bad_json.returncode == 2 and "Traceback" not in bad_json.stderr and "not valid JSON" in bad_json.stderr
+    assert (
+        bad_json.returncode == 2
+        and "Traceback" not in bad_json.stderr
+        and "not valid JSON" in bad_json.stderr
+    )
     bad_ws = run(["tool", "ls", "{}", "--workspace", "/definitely/not/here"], workspace)
     assert bad_ws.returncode == 2 and "Traceback" not in bad_ws.stderr
     assert len(bad_ws.stderr.strip().splitlines()) == 1
@@ -44,8 +57,13 @@ def test_cli_errors_are_one_line_without_traceback(workspace: Path) -> None:
 
 def test_cli_artifact_prints_original_bytes(workspace: Path) -> None:
     (workspace / "huge.txt").write_text("".join(f"{i:06d} " + "y" * 120 + "\n" for i in range(2000)))
-    calls = [{"tool": "read", "args": {"file_path": "huge.txt", "offset": o, "limit": 600}} for o in (0, 600, 1200)]
-    res = run(["tool", "batch", json.dumps({"invocations": calls}), "--json", "--policy", "context-efficient"], workspace)
+    calls = [
+        {"tool": "read", "args": {"file_path": "huge.txt", "offset": o, "limit": 600}} for o in (0, 600, 1200)
+    ]
+    res = run(
+        ["tool", "batch", json.dumps({"invocations": calls}), "--json", "--policy", "context-efficient"],
+        workspace,
+    )
     ev = json.loads(res.stdout)["metadata"]["a3s_tool_result_evidence"]
     assert ev["loss_mode"] != "none"
     art = run(["artifact", ev["content_ref"]], workspace)

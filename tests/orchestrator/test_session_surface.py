@@ -12,9 +12,13 @@ from kernel.workspace import LocalWorkspace
 from orchestrator import Agent
 
 
-def test_s1_tool_names_and_definitions_are_sorted_and_hide_hidden_tools(agent: Agent, workspace: Path) -> None:
+def test_s1_tool_names_and_definitions_are_sorted_and_hide_hidden_tools(
+    agent: Agent, workspace: Path
+) -> None:
     s = agent.session(workspace)
-    s.register_tool("zz_hidden", lambda a: "x", description="alias", parameters={"type": "object"}, visible=False)
+    s.register_tool(
+        "zz_hidden", lambda a: "x", description="alias", parameters={"type": "object"}, visible=False
+    )
     names = s.tool_names()
     assert names == sorted(names) and "zz_hidden" in names and {"read", "ls", "batch"} <= set(names)
     defs = s.tool_definitions()
@@ -45,11 +49,17 @@ def test_r5_snapshot_pins_policy_and_resume_inherits_or_rejects(agent: Agent, wo
     resumed = agent.resume(snap)
     assert resumed.id == s.id
     assert resumed.kernel.projector.policy.digest() == ce.digest()
-    same = agent.resume(snap, SessionOptions(tool_result_transform_policy=ToolResultTransformPolicyV1.context_efficient()))
+    same = agent.resume(
+        snap, SessionOptions(tool_result_transform_policy=ToolResultTransformPolicyV1.context_efficient())
+    )
     assert same.id == s.id
     with pytest.raises(InvalidArgument):
-        agent.resume(snap, SessionOptions(tool_result_transform_policy=ToolResultTransformPolicyV1.conservative()))
-    drifted = dict(snap, transform_binding={**snap["transform_binding"], "policy_digest": "sha256:" + "0" * 64})
+        agent.resume(
+            snap, SessionOptions(tool_result_transform_policy=ToolResultTransformPolicyV1.conservative())
+        )
+    drifted = dict(
+        snap, transform_binding={**snap["transform_binding"], "policy_digest": "sha256:" + "0" * 64}
+    )
     with pytest.raises(InvalidArgument):
         agent.resume(drifted)
 

@@ -36,7 +36,9 @@ def _register_sleepers(session: Any, read_only: bool) -> None:
         await asyncio.sleep(0.2)
         return f"slept {args.get('i')}"
 
-    session.register_tool("sleeper", sleeper, description="x", parameters={"type": "object"}, capabilities=caps)
+    session.register_tool(
+        "sleeper", sleeper, description="x", parameters={"type": "object"}, capabilities=caps
+    )
 
 
 def test_x2_batch_fans_out_only_read_only_idempotent_calls(agent: Agent, workspace: Path) -> None:
@@ -66,7 +68,13 @@ def test_x2_batch_concurrency_is_clamped_to_16(agent: Agent, workspace: Path) ->
 def test_x2_partial_failure_names_failed_indexes_and_succeeds(agent: Agent, workspace: Path) -> None:
     res = agent.session(workspace).tool(
         "batch",
-        {"invocations": [{"tool": "read", "args": {"file_path": "README.md"}}, {"tool": "read", "args": {"file_path": "nope"}}, {"tool": "ls", "args": {}}]},
+        {
+            "invocations": [
+                {"tool": "read", "args": {"file_path": "README.md"}},
+                {"tool": "read", "args": {"file_path": "nope"}},
+                {"tool": "ls", "args": {}},
+            ]
+        },
     )
     assert res.exit_code == 0
     assert res.metadata["status"] == "partial_failure" and res.metadata["failed_indices"] == [1]
@@ -79,7 +87,10 @@ def test_x2_batch_limits_and_static_rejections(agent: Agent, workspace: Path) ->
     assert too_many.error_kind and too_many.error_kind["type"] == "invalid_argument"
     nested = s.tool("batch", {"invocations": [{"tool": "batch", "args": {"invocations": []}}]})
     assert "nested batch calls are not allowed" in nested.output
-    dup = s.tool("batch", {"invocations": [{"id": "a", "tool": "ls", "args": {}}, {"id": "a", "tool": "ls", "args": {}}]})
+    dup = s.tool(
+        "batch",
+        {"invocations": [{"id": "a", "tool": "ls", "args": {}}, {"id": "a", "tool": "ls", "args": {}}]},
+    )
     assert "duplicate invocation id" in dup.output
     step0 = s.tool("batch", {"invocations": [{"tool": "ls", "args": {}, "step": 0}]})
     assert step0.error_kind and step0.error_kind["type"] == "invalid_argument"
@@ -87,7 +98,9 @@ def test_x2_batch_limits_and_static_rejections(agent: Agent, workspace: Path) ->
 
 def test_x2_steps_and_ref_bindings(agent: Agent, workspace: Path) -> None:
     s = agent.session(workspace)
-    s.register_tool("emit", lambda a: '{"path": "README.md", "n": [1, 2]}', description="x", parameters={"type": "object"})
+    s.register_tool(
+        "emit", lambda a: '{"path": "README.md", "n": [1, 2]}', description="x", parameters={"type": "object"}
+    )
     res = s.tool(
         "batch",
         {
@@ -107,14 +120,17 @@ def test_x2_steps_and_ref_bindings(agent: Agent, workspace: Path) -> None:
 
 
 def test_x2_all_failed_batch_is_partial_failure_error(agent: Agent, workspace: Path) -> None:
-    res = agent.session(workspace).tool("batch", {"invocations": [{"tool": "nope", "args": {}}, {"tool": "nope2", "args": {}}]})
+    res = agent.session(workspace).tool(
+        "batch", {"invocations": [{"tool": "nope", "args": {}}, {"tool": "nope2", "args": {}}]}
+    )
     assert res.exit_code == 1 and res.error_kind == {"type": "partial_failure", "failed": 2, "total": 2}
 
 
 def test_x2_governed_batch_children_reenter_policy(agent: Agent, workspace: Path) -> None:
     opts = SessionOptions(permission_policy=PermissionPolicy(allow=["batch", "ls"], deny=["read"]))
     res = agent.session(workspace, opts).model_tool_call(
-        "batch", {"invocations": [{"tool": "ls", "args": {}}, {"tool": "read", "args": {"file_path": "README.md"}}]}
+        "batch",
+        {"invocations": [{"tool": "ls", "args": {}}, {"tool": "read", "args": {"file_path": "README.md"}}]},
     )
     assert res.exit_code == 0 and res.metadata["failed_indices"] == [1]
     assert res.metadata["results"][1]["error_kind"]["type"] == "permission_denied"

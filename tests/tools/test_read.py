@@ -17,7 +17,12 @@ def test_b1_read_numbers_lines_and_continues_with_offset(agent: Agent, workspace
     assert first.output.splitlines()[0] == "     1\tline 1"
     assert first.output.rstrip().endswith("... (more lines available; continue with offset=10)")
     rng = first.metadata["range"]
-    assert rng["next_offset"] == 10 and rng["total_lines"] == 300 and rng["returned_lines"] == 10 and not rng["eof"]
+    assert (
+        rng["next_offset"] == 10
+        and rng["total_lines"] == 300
+        and rng["returned_lines"] == 10
+        and not rng["eof"]
+    )
     nxt = s.tool("read", {"file_path": "notes.txt", "offset": rng["next_offset"], "limit": 5})
     assert nxt.output.splitlines()[0] == "    11\tline 11"
 
@@ -45,7 +50,11 @@ def test_read_long_lines_are_cut_utf8_safely(agent: Agent, workspace: Path) -> N
 def test_read_file_path_and_files_are_exclusive(agent: Agent, workspace: Path) -> None:
     s = agent.session(workspace)
     both = s.tool("read", {"file_path": "a", "files": [{"path": "b"}]})
-    assert both.error_kind and both.error_kind["type"] == "invalid_argument" and "mutually exclusive" in both.output
+    assert (
+        both.error_kind
+        and both.error_kind["type"] == "invalid_argument"
+        and "mutually exclusive" in both.output
+    )
     top_level_offset = s.tool("read", {"files": [{"path": "a"}], "offset": 3})
     assert top_level_offset.error_kind and top_level_offset.error_kind["type"] == "invalid_argument"
 
@@ -76,17 +85,27 @@ def test_b4_read_files_continuation_resumes_exactly_without_repeats(agent: Agent
     for name in ("a.txt", "b.txt", "c.txt"):
         (workspace / name).write_text("".join(f"{name} row {i}\n" for i in range(1, 151)))
     s = agent.session(workspace)
-    seen, rounds = _resume_all(s, [{"path": "a.txt"}, {"path": "b.txt", "offset": 10, "limit": 100}, {"path": "c.txt"}], 2048)
-    expected = [f"a.txt:{i}" for i in range(1, 151)] + [f"b.txt:{i}" for i in range(11, 111)] + [f"c.txt:{i}" for i in range(1, 151)]
+    seen, rounds = _resume_all(
+        s, [{"path": "a.txt"}, {"path": "b.txt", "offset": 10, "limit": 100}, {"path": "c.txt"}], 2048
+    )
+    expected = (
+        [f"a.txt:{i}" for i in range(1, 151)]
+        + [f"b.txt:{i}" for i in range(11, 111)]
+        + [f"c.txt:{i}" for i in range(1, 151)]
+    )
     assert seen == expected
     assert rounds > 3
 
 
 def test_b4_one_unreadable_file_does_not_drop_the_others(agent: Agent, workspace: Path) -> None:
-    res = agent.session(workspace).tool("read", {"files": [{"path": "README.md"}, {"path": "missing.txt"}, {"path": "src/app.py"}]})
+    res = agent.session(workspace).tool(
+        "read", {"files": [{"path": "README.md"}, {"path": "missing.txt"}, {"path": "src/app.py"}]}
+    )
     assert res.exit_code == 0
     batch = res.metadata["batch"]
-    assert batch["status"] == "partial_failure" and batch["failed_files"] == 1 and batch["successful_files"] == 2
+    assert (
+        batch["status"] == "partial_failure" and batch["failed_files"] == 1 and batch["successful_files"] == 2
+    )
     order = [line for line in res.output.splitlines() if line.startswith("===")]
     assert order == ["=== README.md ===", "=== missing.txt ===", "=== src/app.py ==="]
     assert "(Complete: all 3 file(s) processed.)" in res.output
@@ -108,7 +127,9 @@ def test_b4_duplicate_paths_and_tiny_budget_are_rejected(agent: Agent, workspace
 
 @pytest.mark.parametrize("budget", [1024, 1500, 4096, 65536])
 def test_b4_budget_includes_headers_and_footer(agent: Agent, workspace: Path, budget: int) -> None:
-    res = agent.session(workspace).tool("read", {"files": [{"path": "notes.txt"}, {"path": "README.md"}], "max_output_bytes": budget})
+    res = agent.session(workspace).tool(
+        "read", {"files": [{"path": "notes.txt"}, {"path": "README.md"}], "max_output_bytes": budget}
+    )
     assert len(res.output.encode()) <= budget
     assert res.metadata["batch"]["output_bytes"] == len(res.output.encode())
 

