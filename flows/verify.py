@@ -32,6 +32,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kernel.errors import InvalidArgument
+from kernel.projection import ToolResultTransformPolicyV1
 
 REPORT_SCHEMA = "a3s.fleet.verification-report.v1"
 TOOL = "bash"
@@ -47,6 +48,10 @@ MIN_TIMEOUT_MS = 1_000
 MAX_TIMEOUT_MS = 3_600_000
 DEFAULT_KIND = "check"
 MAX_REPORTED_ERRORS = 5
+# The CLI's projection of each command's output (see ``verification_policy``).
+VERIFY_OUTPUT_BYTES = 32 * 1024
+VERIFY_HEAD_BYTES = 8 * 1024
+VERIFY_TAIL_BYTES = VERIFY_OUTPUT_BYTES - VERIFY_HEAD_BYTES - 512  # R-4: 512 bytes for the markers
 
 CommandStatus = Literal["passed", "failed", "timed_out", "error", "cancelled"]
 
@@ -156,6 +161,22 @@ def _loc(loc: Iterable[Any]) -> str:
     for part in loc:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text
+
+
+def verification_policy() -> ToolResultTransformPolicyV1:
+    """The transform policy ``a3s-fleet verify`` pins on its session (R-1): each command's report keeps
+    an 8 KiB head and a 23.5 KiB tail (build and test tools print their verdict last), folds runs of
+    identical lines, and anything cut is kept whole as an ``a3s://tool-output/…`` artifact. ``bash``
+    itself already bounds what it captures to 100 KiB (B-2); this bounds the report further so a
+    32-command report stays about 1 MiB."""
+    return ToolResultTransformPolicyV1(
+        max_output_bytes=VERIFY_OUTPUT_BYTES,
+        head_bytes=VERIFY_HEAD_BYTES,
+        tail_bytes=VERIFY_TAIL_BYTES,
+        fold_repeated_lines=True,
+        repeated_line_threshold=3,
+        structured_sample_items=0,
+    )
 
 
 # ---- running it -------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 MAX_SYSTEM_OUT_BYTES = 64 * 1024
 SYSTEM_OUT_HEAD_BYTES = 16 * 1024  # the rest of the budget goes to the tail, where failures show up
 MAX_FAILURE_BODY_BYTES = 4 * 1024
+MARKER_RESERVE_BYTES = 64  # "[… N bytes omitted …]" and its newlines
 
 # Everything outside XML 1.0's Char production.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -41,12 +42,14 @@ def xml_safe(text: str) -> str:
 
 
 def head_tail(text: str, max_bytes: int, head_bytes: int) -> str:
-    """``text`` if it fits ``max_bytes`` (UTF-8), else a UTF-8-safe head and tail around a marker."""
+    """``text`` if it fits ``max_bytes`` (UTF-8), else a UTF-8-safe head and tail around a marker,
+    the whole never longer than ``max_bytes``."""
     data = text.encode("utf-8", "surrogatepass")
     if len(data) <= max_bytes:
         return text
-    head_bytes = min(head_bytes, max_bytes)
-    tail_bytes = max_bytes - head_bytes
+    budget = max(0, max_bytes - MARKER_RESERVE_BYTES)
+    head_bytes = min(head_bytes, budget)
+    tail_bytes = budget - head_bytes
     head = data[:head_bytes].decode("utf-8", "ignore")
     tail = data[len(data) - tail_bytes :].decode("utf-8", "ignore") if tail_bytes else ""
     omitted = len(data) - len(head.encode()) - len(tail.encode())

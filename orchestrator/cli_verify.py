@@ -1,11 +1,14 @@
 """``a3s-fleet verify PLAN``: run a verification plan, print live progress, write JSON/JUnit (SPEC F-6).
 
-    a3s-fleet verify PLAN [--junit FILE] [--json FILE] [--broker URL] [--workspace DIR]
+    a3s-fleet verify PLAN [--junit FILE] [--json FILE] [--broker URL] [--workspace DIR] [--policy NAME]
 
 PLAN is a JSON or TOML file (``flows.plan_files``), read relative to the current directory; the
 commands run at the root of ``--workspace`` (default: the current directory). With no broker (no
 ``--broker``, no ``A3S_BROKER_URL``) everything runs in this process; with one, the agent routes the
-fan-out to fleet workers — the plan and this command do not change.
+fan-out to fleet workers — the plan and this command do not change. ``--policy`` picks the
+session's result projection: ``verification`` (default; ``flows.verify.verification_policy``: 8 KiB
+head + 23.5 KiB tail per command, the rest kept as an artifact), ``conservative`` or
+``context-efficient``.
 
 Exit codes: 0 when every required command passed; 1 when one failed (the reports are still
 written); 2 on a bad plan, workspace or report path, with a one-line ``error:`` message; 130 when
@@ -33,6 +36,7 @@ ASCII_SPINNER = "|/-\\"
 SPINNER_INTERVAL_S = 0.1
 FAILURE_TAIL_LINES = 20
 FAILURE_TAIL_CHARS = 4000
+POLICIES = ("verification", "conservative", "context-efficient")
 
 
 def register(main: click.Group) -> None:
@@ -66,7 +70,7 @@ def verify_cmd(
     except ToolError as exc:
         _fail(f"bad plan: {exc.message}")
     try:
-        report = _run(loaded, broker, workspace)
+        report = _run(loaded, broker, workspace, policy)
     except KeyboardInterrupt:
         click.echo("verify: interrupted", err=True)
         sys.exit(130)
@@ -80,15 +84,24 @@ def verify_cmd(
     sys.exit(0 if report.passed else 1)
 
 
-def _run(plan: Any, broker: str | None, workspace: str) -> Any:
+def _run(plan: Any, broker: str | None, workspace: str, policy: str) -> Any:
     from config.settings import Settings
-    from flows.verify import run_plan
+    from flows.verify import run_plan, verification_policy
     from kernel.options import SessionOptions
+    from kernel.projection import ToolResultTransformPolicyV1 as Policy
     from orchestrator.agent import Agent
 
     settings = Settings(broker_url=broker) if broker else Settings()
     longest = max(c.timeout_ms for c in plan.commands)
-    options = SessionOptions(tool_timeouts_ms={"bash": longest + KERNEL_TIMEOUT_GRACE_MS})
+    projection = {
+        "verification": verification_policy,
+        "conservative": Policy.conservative,
+        "context-efficient": Policy.context_efficient,
+    }[policy]()
+    options = SessionOptions(
+        tool_result_transform_policy=projection,
+        tool_timeouts_ms={"bash": longest + KERNEL_TIMEOUT_GRACE_MS},
+    )
     with Agent(settings) as agent:
         try:
             session = agent.session(workspace, options)

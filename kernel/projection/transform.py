@@ -132,7 +132,12 @@ def _head(content: bytes | Folded, max_bytes: int) -> bytes:
 def _tail(content: bytes | Folded, max_bytes: int) -> bytes:
     if isinstance(content, bytes):
         return utf8_suffix(content, max_bytes)
-    return utf8_suffix(content.raw_suffix(max_bytes), max_bytes)
+    # The raw cut may start inside a character: skip continuation bytes to the next boundary.
+    data = content.raw_suffix(max_bytes)
+    start = 0
+    while start < len(data) and data[start] & 0xC0 == 0x80:
+        start += 1
+    return data[start:]
 
 
 def utf8_prefix(data: bytes, max_bytes: int) -> bytes:

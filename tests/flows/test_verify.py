@@ -14,14 +14,18 @@ import pytest
 from flows.plan_files import load_plan, parse_plan
 from flows.verify import (
     FAN_OUT_WIDTH,
+    VERIFY_OUTPUT_BYTES,
+    VERIFY_TAIL_BYTES,
     BranchSpec,
     CommandResult,
     VerificationPlan,
     VerificationReport,
     build_plan,
     run_plan,
+    verification_policy,
 )
 from kernel.errors import InvalidArgument, NotFound
+from kernel.options import SessionOptions
 from orchestrator import Agent
 from orchestrator.fanout import Branch
 
@@ -65,7 +69,7 @@ def test_f6_toml_and_json_text_give_the_same_plan() -> None:
     ("data", "needle"),
     [
         ({"title": "t", "commands": [cmd("a", "true"), cmd("a", "false")]}, "'a' is used twice"),
-        ({"title": "t", "commands": []}, "commands: List should have at least 1 item"),
+        ({"title": "t", "commands": []}, "commands: Tuple should have at least 1 item"),
         ({"title": "t", "commands": [{"id": "a"}]}, "commands[0].command: Field required"),
         ({"title": "t", "commands": [cmd("  ", "true")]}, "commands[0].id: id must not be blank"),
         ({"title": "t", "commands": [cmd("a", "   ")]}, "commands[0].command: command must not be blank"),
@@ -162,21 +166,28 @@ def test_f6_a_timed_out_command_is_reported_and_the_others_are_unaffected(agent:
 
 
 def test_f6_large_output_is_bounded_with_evidence_and_a_readable_artifact(agent: Agent, tmp_path: Path) -> None:
-    """F-6 + R-6: the report keeps the bounded output; the artifact ref reads back the full original."""
-    session = agent.session(tmp_path)
-    report = run_plan(session, plan(cmd("big", "yes | head -c 300000"), cmd("small", "echo hi")))
-    big, small = report.commands
-    assert big.status == "passed" and big.output_summary["total_bytes"] == 300_000
+    """F-6 + R-6: the report keeps the bounded output; the artifact ref reads back the full original.
+
+    ``bash`` caps what it captures at 100 KiB (B-2); the verification policy then keeps head + tail of
+    that in the report and stores the capture whole as an artifact."""
+    session = agent.session(tmp_path, SessionOptions(tool_result_transform_policy=verification_policy()))
+    report = run_plan(session, plan(cmd("big", "seq 1 100000"), cmd("yes", "yes | head -c 300000"), cmd("small", "echo hi")))
+    big, yes, small = report.commands
+    assert big.status == "passed" and big.output_summary["total_bytes"] == 588_895
     assert big.output_summary["truncated"] is True and "stdout" not in big.output_summary
-    assert len(big.output.encode()) <= 102_400 + 1024  # projected output: the session cap plus the artifact line
+    assert len(big.output.encode()) <= VERIFY_OUTPUT_BYTES + 256  # the cap, plus the artifact line
+    assert big.output.startswith("1\n2\n3\n") and "100000" in big.output[-VERIFY_TAIL_BYTES:]
     ev = big.evidence
-    assert ev is not None and ev["loss_mode"] != "none"
+    assert ev is not None and ev["loss_mode"] == "head_tail"
     assert big.artifact_ref is not None and big.artifact_ref == ev["content_ref"]
-    assert big.artifact_ref.startswith("a3s://tool-output/bash/")
+    assert big.artifact_ref.startswith("a3s://tool-output/bash/") and big.artifact_ref in big.output
     original = session.read_artifact(big.artifact_ref)
-    assert len(original) == ev["original_bytes"] > len(big.output.encode()) - 200
+    assert len(original) == ev["original_bytes"] > len(big.output.encode())
     assert "sha256:" + hashlib.sha256(original).hexdigest() == ev["content_digest"]
-    assert original.startswith(b"y\ny\n")
+    assert original.startswith(b"1\n2\n3\n") and b"\n99999\n100000\n" in original
+    # repeated lines fold; the capture is still kept whole
+    assert yes.evidence is not None and yes.evidence["loss_mode"] == "deterministic_transform"
+    assert yes.artifact_ref is not None and session.read_artifact(yes.artifact_ref).startswith(b"y\ny\ny\n")
     # a lossless result keeps an inline reference and no artifact
     assert small.artifact_ref is None and small.evidence is not None
     assert small.evidence["content_ref"].startswith("inline:sha256:")
@@ -195,7 +206,7 @@ def test_f6_x3_plans_wider_than_one_fan_out_run_in_waves(agent: Agent, tmp_path:
     session = agent.session(tmp_path)
     n = FAN_OUT_WIDTH + 2
     seen: list[str] = []
-    report = run_plan(session, plan(*(cmd(f"c{i}", f"echo {i}") for i in range(n))), seen.append)
+    report = run_plan(session, plan(*(cmd(f"c{i}", f"echo {i}") for i in range(n))), lambda r: seen.append(r.id))
     assert report.passed and [c.id for c in report.commands] == [f"c{i}" for i in range(n)]
     assert sorted(seen) == sorted(f"c{i}" for i in range(n))  # progress once per command
     assert len(report.run_ids) == 2 and all(c.run_id in report.run_ids for c in report.commands)

@@ -295,3 +295,19 @@ def test_r3_large_fold_then_cut_is_utf8_safe_and_matches_materialised_cut() -> N
     )
     assert out.content == head + marker + tail + SUFFIX
     assert len(out.content) <= policy.max_output_bytes
+
+
+def test_r3_folded_tail_cut_never_starts_inside_a_character() -> None:
+    """Regression found by hypothesis: a tail cut of folded text landed inside a 2-byte character."""
+    from kernel.artifacts import MemoryArtifactStore
+    from kernel.projection import Projector, ToolResultTransformPolicyV1
+
+    policy = ToolResultTransformPolicyV1.model_validate(
+        {"schema": "a3s.code.tool-result-transform-policy.v1", "max_output_bytes": 1024, "head_bytes": 256,
+         "tail_bytes": 91, "fold_repeated_lines": True, "repeated_line_threshold": 2, "structured_sample_items": 0}
+    )
+    chunk = "x" * 200 + "\n"
+    output = (chunk * 7 + "\x80\x80\x80" + "0" * 9 + "0000\n0000\n0000\n0000\n00000000000") * 2
+    projected, meta = Projector(policy, MemoryArtifactStore()).project("t", output, None)
+    assert len(projected.encode()) <= 1024
+    assert meta["a3s_tool_result_evidence"]["loss_mode"] in ("composite", "head_tail")
