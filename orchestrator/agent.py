@@ -4,11 +4,18 @@
 ``agent.session(workspace, options=SessionOptions(...))`` builds the kernel for a workspace named a
 directory path or ``git:REPO@REV``; ``agent.resume(snapshot, options=...)`` rebuilds one from a
 snapshot (R-5: the pinned transform policy is inherited, a different one rejected).
+
+With ``settings.broker_url`` set, every session's fan-out runner is a ``CeleryRunner``: its branches
+become ``a3s.tool`` jobs carrying the session's snapshot, run by ``a3s-fleet worker`` processes. The
+Celery app is built on the first such session (embedded mode never imports Celery).
+``settings.extra_tools`` names modules whose ``TOOLS``/``TOOL`` every session registers, so an
+orchestrator and its workers offer the same tools.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 from pathlib import Path
 from typing import Any
@@ -22,6 +29,7 @@ from kernel.kernel import Kernel
 from kernel.options import SessionOptions
 from kernel.projection import Projector, ToolResultTransformPolicyV1, compact_change_metadata
 from kernel.registry import Registry
+from kernel.spec import ToolSpec
 from kernel.workspace import Workspace
 from orchestrator.loop import LoopThread
 from orchestrator.session import Session
@@ -45,12 +53,44 @@ def _artifact_store(workspace: Workspace, options: SessionOptions) -> ArtifactSt
     return MemoryArtifactStore()
 
 
+def extra_tools(modules: str) -> list[ToolSpec]:
+    """The tools of ``settings.extra_tools``: comma-separated modules exposing ``TOOLS`` or ``TOOL``."""
+    specs: list[ToolSpec] = []
+    for name in (m.strip() for m in modules.split(",")):
+        if not name:
+            continue
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            raise InvalidArgument(f"extra_tools: cannot import {name!r}: {exc}") from exc
+        found = getattr(module, "TOOLS", None) or [getattr(module, "TOOL", None)]
+        if not all(isinstance(spec, ToolSpec) for spec in found):
+            raise InvalidArgument(f"extra_tools: {name!r} exposes neither TOOLS (a list of ToolSpec) nor TOOL")
+        specs.extend(found)
+    return specs
+
+
 class Agent:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
         self._loop = LoopThread()
         self._ids = RandomIds()
         self._sessions: list[Session] = []
+        self._extra_tools = extra_tools(self.settings.extra_tools)
+        self._fleet_app: Any = None
+
+    @property
+    def loop(self) -> LoopThread:
+        """The event-loop thread every session of this agent runs its kernel on."""
+        return self._loop
+
+    def fleet_app(self) -> Any:
+        """The Celery app fan-outs are sent through (fleet mode only; built once, on first use)."""
+        if self._fleet_app is None:
+            from workers.app import make_app
+
+            self._fleet_app = make_app(self.settings)
+        return self._fleet_app
 
     def session(
         self,
@@ -102,7 +142,7 @@ class Agent:
         sinks: list[Any] = [memory]
         if "event_sink" in options.services:
             sinks.append(options.services["event_sink"])
-        registry = Registry(builtin_tools(workspace.capabilities))
+        registry = Registry([*builtin_tools(workspace.capabilities), *self._extra_tools])
         kernel = Kernel(
             session_id=session_id or self._ids("session"),
             registry=registry,
@@ -121,8 +161,18 @@ class Agent:
         )
         name = workspace_name if isinstance(workspace_name, str) else workspace.name
         session = Session(kernel, self._loop, memory, str(name))
+        if not self.settings.embedded:
+            from orchestrator.dispatch import CeleryRunner
+
+            session.runner = CeleryRunner(self.fleet_app(), session.snapshot, self.settings, session_id=session.id)
         self._sessions.append(session)
         return session
+
+    def release(self, session: Session) -> None:
+        """Close one session and forget it (long-lived hosts such as workers evict sessions)."""
+        session.close()
+        if session in self._sessions:
+            self._sessions.remove(session)
 
     def close(self) -> None:
         for session in self._sessions:

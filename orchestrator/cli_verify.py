@@ -59,8 +59,15 @@ def register(main: click.Group) -> None:
 @click.option(
     "--workspace", "-w", default=".", show_default=True, help="Where the commands run (a directory)."
 )
+@click.option(
+    "--policy",
+    type=click.Choice(POLICIES),
+    default="verification",
+    show_default=True,
+    help="How each command's output is bounded in the report.",
+)
 def verify_cmd(
-    plan: Path, junit_path: Path | None, json_path: Path | None, broker: str | None, workspace: str
+    plan: Path, junit_path: Path | None, json_path: Path | None, broker: str | None, workspace: str, policy: str
 ) -> None:
     """Run the verification PLAN (JSON or TOML) in parallel; exit 1 if a required command fails."""
     from flows.plan_files import load_plan

@@ -122,7 +122,7 @@ def run_glob(
     more = start + limit < len(ordered)
     next_cursor = paging.encode(fp, list(key_list[start + len(page) - 1])) if more and page else None
     paths = [p for p, _ in page]
-    body = paths or ["No files found." if not cursor else "No more files."]
+    body = list(paths) or ["No files found." if not cursor else "No more files."]
     if next_cursor:
         body.append(f"More files available; continue with cursor={next_cursor}")
     meta: dict[str, Any] = {

@@ -1,0 +1,183 @@
+"""Job functions: a plain JSON envelope in, ``ToolResult.to_json()`` out (SPEC F-1, F-3, K-1, K-8).
+
+``run_job(envelope, delivery, runtime)`` is the whole life of one delivery of an ``a3s.tool`` job:
+
+1. validate the envelope (``workers.protocol.JobEnvelope``); a bad envelope, or an origin other
+   than ``host_direct``/``agent``, is a typed ``invalid_argument`` result, never a crash;
+2. count the delivery and read the cancel flag (``workers.poison``): a poison job or a cancelled
+   branch returns a typed failure without running;
+3. with an idempotency key, claim the step ``(run_id, query digest, key)`` in the step store: a step
+   another delivery completed is *recovered* (its stored result is returned, the tool does not run
+   again); a step another live delivery holds is waited for; a claimed step runs and its result is
+   stored (``complete``) before anything is acknowledged. A delivery that outlived its lease is
+   fenced off by the attempt number. Tools still have to be idempotent themselves — a worker killed
+   after the side effect but before ``complete`` runs the call again (at-least-once);
+4. restore the session from its snapshot (cached per process) and call the kernel with the origin
+   the envelope names — ``invoke_host`` (trusted) or ``invoke_agent`` — bounded by the soft time
+   limit and stopped when the branch's cancel flag appears;
+5. push the result onto the run's result list, then return it (Celery acknowledges after).
+
+Every failure crosses as data: the kernel already turns tool errors into results; anything else
+(a broken snapshot, Redis trouble, a bug) becomes a ``ToolResult.failure`` with a typed kind.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from celery import Celery
+from celery.exceptions import SoftTimeLimitExceeded
+from pydantic import ValidationError
+
+from config.settings import Settings
+from kernel.errors import Cancelled, InvalidArgument, Timeout, ToolError, Transport
+from kernel.result import ToolResult
+from kernel.state import Busy, Completed, StepKey
+from workers.poison import check_delivery, is_poison, poison_error
+from workers.protocol import ALLOWED_ORIGINS, TOOL_TASK, JobEnvelope
+from workers.runtime import WorkerRuntime, runtime_for
+
+CANCEL_POLL_S = 0.25  # how often a running job looks at its cancel flag (and renews its step lease)
+MIN_STEP_LEASE_MS = 1_000
+MAX_STEP_LEASE_MS = 15_000
+BUSY_POLL_MAX_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    task_id: str
+    redelivered: bool = False
+    worker: str = ""
+
+
+def step_lease_ms(settings: Settings) -> int:
+    """Half the visibility timeout (a delivery that comes back after a whole worker died finds the
+    dead holder's lease expired), at most 15 s (a killed pool child's job, redelivered at once,
+    waits at most that long), renewed every ``CANCEL_POLL_S`` while the job runs."""
+    return max(MIN_STEP_LEASE_MS, min(MAX_STEP_LEASE_MS, settings.visibility_timeout_s * 1000 // 2))
+
+
+def register(app: Celery, settings: Settings) -> None:
+    """Register the fleet's jobs on ``app`` (explicitly: no ``shared_task``)."""
+
+    @app.task(name=TOOL_TASK, bind=True, acks_late=True, reject_on_worker_lost=True)
+    def tool_job(self: Any, envelope: dict[str, Any]) -> dict[str, Any]:
+        info = self.request.delivery_info or {}
+        delivery = Delivery(self.request.id, bool(info.get("redelivered")), self.request.hostname or "")
+        return run_job(envelope, delivery, runtime_for(settings))
+
+
+def run_job(raw: Any, delivery: Delivery, rt: WorkerRuntime) -> dict[str, Any]:
+    started = time.monotonic()
+    try:
+        env = JobEnvelope.model_validate(raw)
+    except ValidationError as exc:
+        return _reject_envelope(raw, delivery, rt, exc)
+    deliveries = 0
+    try:
+        check = check_delivery(rt.client, rt.keys, delivery.task_id)
+        deliveries = check.deliveries
+        if is_poison(check, rt.settings.max_deliveries):
+            result = ToolResult.failure(env.tool, poison_error(delivery.task_id, deliveries, rt.settings.max_deliveries))
+        elif check.cancelled:
+            result = ToolResult.failure(env.tool, Cancelled(f"branch {env.branch_index} of {env.run_id} was cancelled", op=env.tool))
+        else:
+            result = _execute(env, delivery, rt, started)
+    except SoftTimeLimitExceeded:
+        result = _timed_out(env.tool, started)
+    except ToolError as err:  # Redis trouble at the edges of the job (counter, step store)
+        result = ToolResult.failure(env.tool, err)
+    except Exception as exc:  # a bug or a broken store: still typed data for the caller
+        result = ToolResult.failure(env.tool, ToolError(f"worker fault: {type(exc).__name__}: {exc}", fault=type(exc).__name__))
+    result.metadata.setdefault("a3s_fleet", {}).update(
+        {"task_id": delivery.task_id, "worker": delivery.worker, "delivery": deliveries, "redelivered": delivery.redelivered}
+    )
+    data = result.to_json()
+    rt.publish(env.run_id, env.branch_index, delivery.task_id, deliveries, data)
+    return data
+
+
+def _reject_envelope(raw: Any, delivery: Delivery, rt: WorkerRuntime, exc: ValidationError) -> dict[str, Any]:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ())) or "envelope"
+    hint = f" (allowed origins: {', '.join(ALLOWED_ORIGINS)})" if where == "origin" else ""
+    tool = raw.get("tool") if isinstance(raw, dict) and isinstance(raw.get("tool"), str) else TOOL_TASK
+    err = InvalidArgument(f"invalid job envelope at {where}: {first.get('msg')}{hint}", path=where)
+    data = ToolResult.failure(tool, err).to_json()
+    # Still answer the run if it can be named, so its fan-in does not wait for a job that never runs.
+    if isinstance(raw, dict) and isinstance(raw.get("run_id"), str) and isinstance(raw.get("branch_index"), int):
+        rt.publish(raw["run_id"], raw["branch_index"], delivery.task_id, 0, data)
+    return data
+
+
+def _execute(env: JobEnvelope, delivery: Delivery, rt: WorkerRuntime, started: float) -> ToolResult:
+    deadline = started + rt.settings.job_soft_time_limit_s
+    if env.idempotency_key is None:
+        return _call(env, delivery, rt, deadline, None)
+    key = StepKey(env.run_id, env.query_digest(), env.idempotency_key)
+    lease = step_lease_ms(rt.settings)
+    while True:
+        claim = rt.steps.claim(key, lease_ms=lease)
+        if isinstance(claim, Completed):
+            result = ToolResult.from_json(claim.result)
+            result.metadata.setdefault("a3s_fleet", {})["recovered_attempt"] = claim.attempt
+            return result
+        if not isinstance(claim, Busy):
+            break
+        if time.monotonic() + claim.retry_after_ms / 1000 > deadline:
+            return _timed_out(env.tool, started, op="step_claim")
+        time.sleep(min(BUSY_POLL_MAX_S, max(0.01, claim.retry_after_ms / 1000)))
+    result = _call(env, delivery, rt, deadline, (key, claim.attempt, lease))
+    try:
+        rt.steps.complete(key, claim.attempt, result.to_json())
+    except InvalidArgument:  # too big for the step store: not recoverable, a redelivery re-runs it
+        rt.steps.fail(key, claim.attempt, {"type": "invalid_argument", "reason": "result_too_large"})
+    except ToolError:  # fenced off (our lease lapsed and another delivery took over): it owns the step
+        pass
+    return result
+
+
+def _call(
+    env: JobEnvelope, delivery: Delivery, rt: WorkerRuntime, deadline: float, step: tuple[StepKey, int, int] | None
+) -> ToolResult:
+    try:
+        session = rt.session(env.snapshot)
+    except ToolError as err:
+        return ToolResult.failure(env.tool, err)
+    kernel = session.kernel
+    coro = kernel.invoke_host(env.tool, env.args) if env.origin == "host_direct" else kernel.invoke_agent(env.tool, env.args)
+    fut = rt.agent.loop.submit(coro)
+    t0 = time.monotonic()
+    while True:
+        try:
+            return fut.result(timeout=max(0.0, min(CANCEL_POLL_S, deadline - time.monotonic())))
+        except concurrent.futures.TimeoutError:
+            pass
+        except concurrent.futures.CancelledError:
+            return ToolResult.failure(env.tool, Cancelled(f"Tool '{env.tool}' cancelled", op=env.tool))
+        if time.monotonic() >= deadline:
+            fut.cancel()
+            return _timed_out(env.tool, t0)
+        if _cancel_requested(rt, delivery.task_id):
+            fut.cancel()
+            return ToolResult.failure(env.tool, Cancelled(f"branch {env.branch_index} of {env.run_id} was cancelled", op=env.tool))
+        if step is not None:
+            try:
+                rt.steps.renew(step[0], step[1], lease_ms=step[2])
+            except Transport:
+                pass  # the next poll tries again; the lease outlives several polls
+
+
+def _cancel_requested(rt: WorkerRuntime, task_id: str) -> bool:
+    try:
+        return rt.cancelled(task_id)
+    except Transport:
+        return False  # cannot read the flag right now: keep running, the deadline still bounds us
+
+
+def _timed_out(tool: str, started: float, op: str | None = None) -> ToolResult:
+    ms = int((time.monotonic() - started) * 1000)
+    return ToolResult.failure(tool, Timeout(f"job '{tool}' hit the fleet's soft time limit after {ms}ms", op=op or tool, duration_ms=ms))

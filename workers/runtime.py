@@ -1,0 +1,135 @@
+"""What one worker *process* holds between jobs: Redis clients, an embedded Agent, restored sessions.
+
+Built lazily on the first job of a process (``runtime_for``) — after a prefork child was forked,
+so no event-loop thread or socket is ever shared across a fork. The Agent is embedded (the worker
+runs its calls in this process; it never re-dispatches them to the fleet). Sessions restored from
+snapshots are cached by ``session_id`` + the snapshot's digest (a fan-out's 32 branches carry the
+same snapshot: one restore per process), at most ``MAX_CACHED_SESSIONS``, least recently used
+evicted. Every restored session sends its events to the session's Redis Stream as well.
+
+``publish`` pushes a finished job's ``ToolResult`` onto its run's result list (``PUBLISH_LUA``), retrying
+for ``PUBLISH_RETRY_S`` across a Redis blip; the job returns — and is acknowledged — only after it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+from config.settings import Settings
+from kernel.budget import Budget
+from kernel.errors import ToolError, Transport
+from kernel.events import Event
+from kernel.options import SessionOptions
+from kernel.policy import PermissionPolicy
+from orchestrator.agent import Agent
+from orchestrator.session import Session
+from workers.protocol import PUBLISH_LUA, RESULTS_TTL_MS, FleetKeys, result_item
+from workers.state import RedisStateStore, RedisStreamSink, make_client
+from workers.state.redis_client import redis_errors
+
+MAX_CACHED_SESSIONS = 64
+PUBLISH_RETRY_S = 15.0
+PUBLISH_RETRY_SLEEP_S = 0.2
+
+
+def state_url(settings: Settings) -> str:
+    from workers.app import broker_url
+
+    return settings.state_url or broker_url(settings)
+
+
+def options_from_snapshot(snapshot: dict[str, Any], services: dict[str, Any]) -> SessionOptions:
+    """The JSON part of the session's options (policy, budget, limits): a worker enforces what the
+    orchestrator's session enforced. The transform policy is pinned by ``Agent.resume`` itself."""
+    config = snapshot.get("config") or {}
+    known = {f.name for f in dataclasses.fields(SessionOptions)}
+    kwargs: dict[str, Any] = {k: v for k, v in (config.get("settings") or {}).items() if k in known}
+    if kwargs.get("skill_allowed_tools") is not None:
+        kwargs["skill_allowed_tools"] = frozenset(kwargs["skill_allowed_tools"])
+    kwargs["permission_policy"] = PermissionPolicy.from_json(config.get("permission_policy"))
+    kwargs["budget"] = Budget.from_json(config.get("budget"))
+    return SessionOptions(**kwargs, services=services)
+
+
+class TolerantSink:
+    """Events are observability: a Redis blip must not fail the tool call that emitted them."""
+
+    def __init__(self, inner: RedisStreamSink) -> None:
+        self._inner = inner
+        self.dropped = 0
+
+    def emit(self, event: Event) -> None:
+        try:
+            self._inner.emit(event)
+        except ToolError:
+            self.dropped += 1
+
+
+class WorkerRuntime:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.keys = FleetKeys()
+        self.client = make_client(state_url(settings))
+        self.state = RedisStateStore(self.client)
+        self.steps = self.state.steps()
+        self._publish = self.client.register_script(PUBLISH_LUA)
+        self.agent = Agent(settings.model_copy(update={"broker_url": None}))
+        self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def session(self, snapshot: dict[str, Any]) -> Session:
+        body = json.dumps(snapshot, sort_keys=True, separators=(",", ":"), default=str)
+        key = f"{snapshot.get('session_id')}:{hashlib.sha256(body.encode()).hexdigest()}"
+        with self._lock:
+            session = self._sessions.get(key)
+            if session is not None:
+                self._sessions.move_to_end(key)
+                return session
+            sink = TolerantSink(self.state.event_sink(str(snapshot.get("session_id"))))
+            session = self.agent.resume(snapshot, options_from_snapshot(snapshot, {"event_sink": sink}))
+            self._sessions[key] = session
+            while len(self._sessions) > MAX_CACHED_SESSIONS:
+                _, old = self._sessions.popitem(last=False)
+                self.agent.release(old)
+            return session
+
+    def cancelled(self, task_id: str) -> bool:
+        with redis_errors("fleet.cancel"):
+            return bool(self.client.exists(self.keys.cancel(task_id)))
+
+    def publish(self, run_id: str, index: int, task_id: str, delivery: int, result: dict[str, Any]) -> bool:
+        """Push the result for the orchestrator's fan-in; False when the run no longer listens."""
+        item = result_item(index, task_id, delivery, result)
+        deadline = time.monotonic() + PUBLISH_RETRY_S
+        while True:
+            try:
+                with redis_errors("fleet.publish"):
+                    pushed = self._publish(
+                        keys=[self.keys.run(run_id), self.keys.results(run_id)], args=[item, RESULTS_TTL_MS, index]
+                    )
+                return bool(pushed)
+            except Transport:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(PUBLISH_RETRY_SLEEP_S)
+
+
+_RUNTIME: tuple[int, WorkerRuntime] | None = None
+_RUNTIME_LOCK = threading.Lock()
+
+
+def runtime_for(settings: Settings) -> WorkerRuntime:
+    """This process's runtime (rebuilt in a forked child: the pid is part of the key)."""
+    global _RUNTIME
+    pid = os.getpid()
+    with _RUNTIME_LOCK:
+        if _RUNTIME is None or _RUNTIME[0] != pid:
+            _RUNTIME = (pid, WorkerRuntime(settings))
+        return _RUNTIME[1]
