@@ -254,8 +254,11 @@ def _tail(output: str) -> str:
 
 
 def _can_encode(stream: IO[str], sample: str) -> bool:
+    encoding = getattr(stream, "encoding", None)
+    if not encoding:  # an in-memory text stream takes any str
+        return True
     try:
-        sample.encode(getattr(stream, "encoding", None) or "ascii")
+        sample.encode(encoding)
     except (UnicodeEncodeError, LookupError):
         return False
     return True

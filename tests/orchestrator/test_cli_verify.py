@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from flows.verify import CommandResult, VerificationReport, build_plan
+from kernel.artifact_files import FileArtifactStore
 from orchestrator.cli_verify import Progress, register
 
 REPO = Path(__file__).resolve().parents[2]
@@ -127,8 +128,8 @@ def test_f6_cli_reports_a_timeout_and_keeps_the_artifact_of_large_output(cli: cl
     big = json.loads((tmp_path / "r.json").read_text())["commands"][1]
     assert big["status"] == "passed" and big["artifact_ref"].startswith("a3s://tool-output/bash/")
     # the default session keeps artifacts under the workspace, so `a3s-fleet artifact` can read them later
-    digest = big["artifact_ref"].rsplit("/", 1)[1]
-    assert any(p.name.startswith(digest[:16]) or digest in p.name for p in (tmp_path / ".a3s").rglob("*"))
+    stored = FileArtifactStore(tmp_path / ".a3s" / "artifacts").get(big["artifact_ref"])
+    assert len(stored) == big["evidence"]["original_bytes"] and stored.startswith(b"1\n2\n3\n")
 
 
 def _fake(id: str, ok: bool, required: bool = True) -> CommandResult:
@@ -159,7 +160,7 @@ def test_f6_progress_draws_a_spinner_only_on_a_terminal() -> None:
         display.summary(VerificationReport("t", [_fake("a", True), _fake("b", False)], 2000, 0.0))
         text = stream.getvalue()
         assert ("\r\x1b[K" in text) is tty and ("running: 0/2 done" in text) is tty
-        finished = [line.split("\r\x1b[K")[-1] for line in text.splitlines()]
+        finished = [line.split("\r\x1b[K")[-1] for line in text.rstrip("\n").split("\n")]
         assert "  ✓ a [test] 1.23s" in finished and "  ✗ b [test] 1.23s  exit code 2" in finished
         assert finished[-1] == "FAILED: 1/2 passed in 2.00s; required failed: b"
 
