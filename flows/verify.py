@@ -362,32 +362,39 @@ def run_plan(
 def command_result(command: CommandSpec, outcome: Any, run_id: str) -> CommandResult:
     """Map one fan-out ``BranchOutcome`` (duck-typed) to a ``CommandResult``."""
     result = outcome.result
-    base = {
-        "id": command.id,
-        "kind": command.kind,
-        "description": command.description,
-        "command": command.command,
-        "required": command.required,
-        "timeout_ms": command.timeout_ms,
-        "branch_ms": int(outcome.duration_ms),
-        "run_id": run_id,
-        "branch_index": int(outcome.index),
-    }
-    if result is None:  # the branch never returned: cancelled, or cut by the fan-out deadline
-        timed_out = outcome.status == "timed_out"
+    branch_ms = int(outcome.duration_ms)
+
+    def make(
+        status: CommandStatus, exit_code: int | None, duration_ms: int, timed_out: bool, **more: Any
+    ) -> CommandResult:
         return CommandResult(
-            **base,
-            status="timed_out" if timed_out else "cancelled",
-            exit_code=None,
-            duration_ms=int(outcome.duration_ms),
+            id=command.id,
+            kind=command.kind,
+            description=command.description,
+            command=command.command,
+            required=command.required,
+            timeout_ms=command.timeout_ms,
+            status=status,
+            exit_code=exit_code,
+            duration_ms=duration_ms,
+            branch_ms=branch_ms,
             timed_out=timed_out,
-            output="",
+            run_id=run_id,
+            branch_index=int(outcome.index),
+            **more,
         )
-    meta = result.metadata if isinstance(result.metadata, dict) else {}
-    summary = meta.get("output") if isinstance(meta.get("output"), dict) else {}
-    exit_code = meta.get("exit_code") if isinstance(meta.get("exit_code"), int) else None
-    kind = result.error_kind or None
-    timed_out = bool(summary.get("timed_out")) or (kind or {}).get("type") == "timeout"
+
+    if result is None:  # the branch never returned: cancelled, or cut by the fan-out deadline
+        cut = outcome.status == "timed_out"
+        return make("timed_out" if cut else "cancelled", None, branch_ms, cut, output="")
+    meta: dict[str, Any] = result.metadata if isinstance(result.metadata, dict) else {}
+    raw_summary = meta.get("output")
+    summary: dict[str, Any] = raw_summary if isinstance(raw_summary, dict) else {}
+    raw_exit = meta.get("exit_code")
+    exit_code = raw_exit if isinstance(raw_exit, int) else None
+    kind: dict[str, Any] | None = result.error_kind or None
+    kind_type = (kind or {}).get("type")
+    timed_out = bool(summary.get("timed_out")) or kind_type == "timeout"
     status: CommandStatus
     if timed_out:
         status = "timed_out"
@@ -395,20 +402,19 @@ def command_result(command: CommandSpec, outcome: Any, run_id: str) -> CommandRe
         status = "passed"
     elif exit_code is not None:
         status = "failed"
-    elif (kind or {}).get("type") == "cancelled":
+    elif kind_type == "cancelled":
         status = "cancelled"
     else:
         status = "error"  # the command never ran: no sandbox, refused, dispatcher failure…
-    evidence = meta.get("a3s_tool_result_evidence")
-    evidence = evidence if isinstance(evidence, dict) else None
+    raw_evidence = meta.get("a3s_tool_result_evidence")
+    evidence: dict[str, Any] | None = raw_evidence if isinstance(raw_evidence, dict) else None
     ref = (evidence or {}).get("content_ref")
     duration = meta.get("duration_ms")
-    return CommandResult(
-        **base,
-        status=status,
-        exit_code=exit_code,
-        duration_ms=int(duration) if isinstance(duration, int) else int(outcome.duration_ms),
-        timed_out=timed_out,
+    return make(
+        status,
+        exit_code,
+        duration if isinstance(duration, int) else branch_ms,
+        timed_out,
         output=result.output,
         output_summary={k: v for k, v in summary.items() if k not in ("stdout", "stderr")},
         evidence=evidence,

@@ -59,15 +59,12 @@ def head_tail(text: str, max_bytes: int, head_bytes: int) -> str:
 def render_junit(report: VerificationReport) -> str:
     counts = _counts(report)
     seconds = f"{report.duration_ms / 1000:.3f}"
-    suites = ET.Element("testsuites", name=xml_safe(report.title), time=seconds, **counts)
+    stamp = datetime.fromtimestamp(report.started_at, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    suites = ET.Element("testsuites", {"name": xml_safe(report.title), "time": seconds, **counts})
     suite = ET.SubElement(
         suites,
         "testsuite",
-        name=xml_safe(report.title),
-        time=seconds,
-        timestamp=datetime.fromtimestamp(report.started_at, UTC).strftime("%Y-%m-%dT%H:%M:%S"),
-        skipped="0",
-        **counts,
+        {"name": xml_safe(report.title), "time": seconds, "timestamp": stamp, "skipped": "0", **counts},
     )
     props = ET.SubElement(suite, "properties")
     ET.SubElement(props, "property", name="verdict", value=report.verdict)

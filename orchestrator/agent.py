@@ -170,13 +170,21 @@ class Agent:
 
     def release(self, session: Session) -> None:
         """Close one session and forget it (long-lived hosts such as workers evict sessions)."""
-        session.close()
+        self._close_session(session)
         if session in self._sessions:
             self._sessions.remove(session)
 
+    def _close_session(self, session: Session) -> None:
+        session.close()
+        aclose = getattr(session.runner, "aclose", None)
+        if aclose is not None:  # the fleet runner's Redis connections live on this loop
+            self._loop.run(aclose(), timeout=5)
+
     def close(self) -> None:
         for session in self._sessions:
-            session.close()
+            self._close_session(session)
+        if self._fleet_app is not None:
+            self._fleet_app.close()
         self._loop.stop()
 
     def __enter__(self) -> Agent:

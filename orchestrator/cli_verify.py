@@ -67,7 +67,12 @@ def register(main: click.Group) -> None:
     help="How each command's output is bounded in the report.",
 )
 def verify_cmd(
-    plan: Path, junit_path: Path | None, json_path: Path | None, broker: str | None, workspace: str, policy: str
+    plan: Path,
+    junit_path: Path | None,
+    json_path: Path | None,
+    broker: str | None,
+    workspace: str,
+    policy: str,
 ) -> None:
     """Run the verification PLAN (JSON or TOML) in parallel; exit 1 if a required command fails."""
     from flows.plan_files import load_plan

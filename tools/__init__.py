@@ -13,14 +13,19 @@ from tools import batch, edit, ls, read, write
 from tools.bash import TOOL as BASH
 from tools.git import TOOL as GIT
 from tools.patch import TOOL as PATCH
+from tools.search import build_search_tool
 
 # Workspace-gated built-ins: registered only when the workspace has every capability in `requires`.
 WORKSPACE_TOOLS: list[ToolSpec] = [read.TOOL, ls.TOOL, write.TOOL, edit.TOOL, PATCH, BASH, GIT]
 # Runtime built-ins: every session.
 RUNTIME_TOOLS: list[ToolSpec] = [batch.TOOL]
-ALL_TOOLS: list[ToolSpec] = [*WORKSPACE_TOOLS, *RUNTIME_TOOLS]
+ALL_TOOLS: list[ToolSpec] = [*WORKSPACE_TOOLS, *RUNTIME_TOOLS]  # + the per-session `search`
 
 
 def builtin_tools(capabilities: frozenset[str]) -> list[ToolSpec]:
     gated = [spec for spec in WORKSPACE_TOOLS if spec.requires <= capabilities]
+    # `search` is built per session: its `mode` enum lists only the modes this workspace can serve.
+    search = build_search_tool(capabilities)
+    if search is not None:
+        gated.append(search)
     return [*gated, *RUNTIME_TOOLS]

@@ -8,6 +8,7 @@ import json
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -61,7 +62,9 @@ def test_f6_plan_defaults_and_camel_case_timeout() -> None:
 
 def test_f6_toml_and_json_text_give_the_same_plan() -> None:
     toml_text = 'title = "x"\n[[commands]]\nid = "u"\nkind = "test"\ncommand = "echo hi"\ntimeout_ms = 2000\n'
-    json_text = json.dumps({"title": "x", "commands": [{"id": "u", "kind": "test", "command": "echo hi", "timeout_ms": 2000}]})
+    json_text = json.dumps(
+        {"title": "x", "commands": [{"id": "u", "kind": "test", "command": "echo hi", "timeout_ms": 2000}]}
+    )
     assert parse_plan(toml_text, "toml") == parse_plan(json_text, "json")
 
 
@@ -74,7 +77,10 @@ def test_f6_toml_and_json_text_give_the_same_plan() -> None:
         ({"title": "t", "commands": [cmd("  ", "true")]}, "commands[0].id: id must not be blank"),
         ({"title": "t", "commands": [cmd("a", "   ")]}, "commands[0].command: command must not be blank"),
         ({"title": "t", "commands": [cmd("a", "true", timeout_ms=10)]}, "commands[0].timeout_ms"),
-        ({"title": "t", "commands": [cmd("a", "true", timeout_ms=3_600_001)]}, "less than or equal to 3600000"),
+        (
+            {"title": "t", "commands": [cmd("a", "true", timeout_ms=3_600_001)]},
+            "less than or equal to 3600000",
+        ),
         ({"title": "t", "commands": [cmd("a", "true", retries=2)]}, "commands[0].retries: Extra inputs"),
         ({"commands": [cmd("a", "true")]}, "title: Field required"),
         ({"title": "two\nlines", "commands": [cmd("a", "true")]}, "title must be a single line"),
@@ -130,7 +136,12 @@ def test_f6_verdict_comes_from_required_commands_only(agent: Agent, tmp_path: Pa
     opt = optional_fails.commands[1]
     assert (opt.status, opt.exit_code, opt.ok, opt.blocking) == ("failed", 3, False, False)
     assert optional_fails.counts() == {
-        "total": 2, "passed": 1, "failed": 1, "required_failed": 0, "optional_failed": 1, "timed_out": 0,
+        "total": 2,
+        "passed": 1,
+        "failed": 1,
+        "required_failed": 0,
+        "optional_failed": 1,
+        "timed_out": 0,
     }
     required_fails = run_plan(session, plan(cmd("ok", "echo fine"), cmd("bad", "echo boom >&2; exit 7")))
     assert not required_fails.passed and required_fails.verdict == "failed"
@@ -145,7 +156,9 @@ def test_f6_only_optional_commands_pass_even_when_they_fail(agent: Agent, tmp_pa
     assert report.passed and report.counts()["optional_failed"] == 1
 
 
-def test_f6_a_timed_out_command_is_reported_and_the_others_are_unaffected(agent: Agent, tmp_path: Path) -> None:
+def test_f6_a_timed_out_command_is_reported_and_the_others_are_unaffected(
+    agent: Agent, tmp_path: Path
+) -> None:
     session = agent.session(tmp_path)
     p = plan(
         cmd("slow", "echo started; sleep 30", timeout_ms=1000),
@@ -165,13 +178,17 @@ def test_f6_a_timed_out_command_is_reported_and_the_others_are_unaffected(agent:
     assert report.verdict == "failed" and report.counts()["timed_out"] == 1
 
 
-def test_f6_large_output_is_bounded_with_evidence_and_a_readable_artifact(agent: Agent, tmp_path: Path) -> None:
+def test_f6_large_output_is_bounded_with_evidence_and_a_readable_artifact(
+    agent: Agent, tmp_path: Path
+) -> None:
     """F-6 + R-6: the report keeps the bounded output; the artifact ref reads back the full original.
 
     ``bash`` caps what it captures at 100 KiB (B-2); the verification policy then keeps head + tail of
     that in the report and stores the capture whole as an artifact."""
     session = agent.session(tmp_path, SessionOptions(tool_result_transform_policy=verification_policy()))
-    report = run_plan(session, plan(cmd("big", "seq 1 100000"), cmd("yes", "yes | head -c 300000"), cmd("small", "echo hi")))
+    report = run_plan(
+        session, plan(cmd("big", "seq 1 100000"), cmd("yes", "yes | head -c 300000"), cmd("small", "echo hi"))
+    )
     big, yes, small = report.commands
     assert big.status == "passed" and big.output_summary["total_bytes"] == 588_895
     assert big.output_summary["truncated"] is True and "stdout" not in big.output_summary
@@ -193,7 +210,9 @@ def test_f6_large_output_is_bounded_with_evidence_and_a_readable_artifact(agent:
     assert small.evidence["content_ref"].startswith("inline:sha256:")
 
 
-def test_f6_a_cd_in_one_command_does_not_move_the_session_or_other_commands(agent: Agent, tmp_path: Path) -> None:
+def test_f6_a_cd_in_one_command_does_not_move_the_session_or_other_commands(
+    agent: Agent, tmp_path: Path
+) -> None:
     (tmp_path / "sub").mkdir()
     (tmp_path / "marker").write_text("root\n")
     session = agent.session(tmp_path)
@@ -210,7 +229,9 @@ def test_f6_x3_plans_wider_than_one_fan_out_run_in_waves(agent: Agent, tmp_path:
     session = agent.session(tmp_path)
     n = FAN_OUT_WIDTH + 2
     seen: list[str] = []
-    report = run_plan(session, plan(*(cmd(f"c{i}", f"echo {i}") for i in range(n))), lambda r: seen.append(r.id))
+    report = run_plan(
+        session, plan(*(cmd(f"c{i}", f"echo {i}") for i in range(n))), lambda r: seen.append(r.id)
+    )
     assert report.passed and [c.id for c in report.commands] == [f"c{i}" for i in range(n)]
     assert sorted(seen) == sorted(f"c{i}" for i in range(n))  # progress once per command
     assert len(report.run_ids) == 2 and all(c.run_id in report.run_ids for c in report.commands)
@@ -231,7 +252,17 @@ def test_f6_report_json_is_serialisable_and_complete(agent: Agent, tmp_path: Pat
     data = json.loads(report.to_json_text())
     assert data["schema"] == "a3s.fleet.verification-report.v1" and data["verdict"] == "passed"
     (a,) = data["commands"]
-    assert {"id", "kind", "status", "exit_code", "duration_ms", "timed_out", "output", "evidence", "artifact_ref"} <= set(a)
+    assert {
+        "id",
+        "kind",
+        "status",
+        "exit_code",
+        "duration_ms",
+        "timed_out",
+        "output",
+        "evidence",
+        "artifact_ref",
+    } <= set(a)
     assert (a["kind"], a["description"], a["exit_code"], a["output"]) == ("test", "says hi", 0, "hi\n")
 
 
@@ -258,7 +289,9 @@ def test_f6_junit_xml_parses_and_counts_only_required_failures(agent: Agent, tmp
     assert cases["bad"].get("classname") == "lint"
     assert float(cases["slow"].get("time")) >= 0.9
     failure = cases["bad"].find("failure")
-    assert failure is not None and failure.get("type") == "exit_code" and "exit code 2" in failure.get("message")
+    assert (
+        failure is not None and failure.get("type") == "exit_code" and "exit code 2" in failure.get("message")
+    )
     assert cases["slow"].find("failure").get("type") == "timeout"
     assert cases["opt"].find("failure") is None and cases["ok"].find("failure") is None
     assert "does not affect the verdict" in cases["opt"].find("system-out").text
@@ -269,10 +302,18 @@ def test_f6_junit_xml_parses_and_counts_only_required_failures(agent: Agent, tmp
     assert props["verdict"] == "failed"
 
 
-def _result(id: str, status: str, *, required: bool = True, output: str = "", **extra: object) -> CommandResult:
+def _result(
+    id: str, status: str, *, required: bool = True, output: str = "", **extra: object
+) -> CommandResult:
     fields = {
-        "kind": "test", "description": "", "command": "x", "timeout_ms": 1000, "exit_code": None,
-        "duration_ms": 10, "branch_ms": 12, "timed_out": False,
+        "kind": "test",
+        "description": "",
+        "command": "x",
+        "timeout_ms": 1000,
+        "exit_code": None,
+        "duration_ms": 10,
+        "branch_ms": 12,
+        "timed_out": False,
     }
     fields.update(extra)
     return CommandResult(id=id, required=required, status=status, output=output, **fields)  # type: ignore[arg-type]
@@ -300,3 +341,48 @@ def test_f6_junit_marks_commands_that_never_ran_as_errors_and_bounds_output() ->
     assert len(out.encode()) < 70 * 1024 and "bytes omitted" in out and out.rstrip().endswith("line 39999")
     assert len(cases[2].find("failure").text.encode()) <= 4 * 1024
     assert suite.get("timestamp") == "1970-01-01T00:00:00"
+
+
+def test_f6_a_command_that_never_ran_is_an_error_not_a_pass(agent: Agent, tmp_path: Path) -> None:
+    """F-6: a bash call refused before starting (here: sandbox required, none available) has no exit code."""
+    no_sandbox = SimpleNamespace(available=False)
+    options = SessionOptions(bash_sandbox="always", services={"sandbox": no_sandbox})
+    report = run_plan(agent.session(tmp_path, options), plan(cmd("x", "touch should-not-exist")))
+    (x,) = report.commands
+    assert (x.status, x.exit_code, x.blocking) == ("error", None, True)
+    assert x.error_kind is not None and x.error_kind["type"] == "unsupported"
+    assert not (tmp_path / "should-not-exist").exists() and report.verdict == "failed"
+    case = ET.fromstring(report.to_junit_xml()).find("testsuite/testcase")
+    assert case.find("error").get("type") == "unsupported" and case.find("failure") is None
+
+
+def test_f6_session_verify_commands_takes_the_reference_shape(agent: Agent, tmp_path: Path) -> None:
+    """``session.verify_commands(title, [{id, kind, description, command, required, timeoutMs}])``."""
+    session = agent.session(tmp_path)
+    seen: list[str] = []
+    report = session.verify_commands(
+        "release ready",
+        [
+            {
+                "id": "unit",
+                "kind": "test",
+                "description": "d",
+                "command": "echo ok",
+                "required": True,
+                "timeoutMs": 5000,
+            },
+            {
+                "id": "opt",
+                "kind": "lint",
+                "description": "",
+                "command": "exit 1",
+                "required": False,
+                "timeout_ms": 5000,
+            },
+        ],
+        progress=lambda r: seen.append(r.id),
+    )
+    assert isinstance(report, VerificationReport) and report.title == "release ready" and report.passed
+    assert report.commands[0].timeout_ms == 5000 and sorted(seen) == ["opt", "unit"]
+    with pytest.raises(InvalidArgument, match="verify_commands: commands: Tuple should have at least 1 item"):
+        session.verify_commands("t", [])

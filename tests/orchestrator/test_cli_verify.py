@@ -44,7 +44,9 @@ def invoke(cli: click.Group, *args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def test_f6_cli_exits_0_when_required_pass_and_writes_json_and_junit(cli: click.Group, tmp_path: Path) -> None:
+def test_f6_cli_exits_0_when_required_pass_and_writes_json_and_junit(
+    cli: click.Group, tmp_path: Path
+) -> None:
     plan = write_plan(
         tmp_path / "plan.json",
         [
@@ -55,32 +57,63 @@ def test_f6_cli_exits_0_when_required_pass_and_writes_json_and_junit(cli: click.
     )
     out = tmp_path / "reports"
     code, stdout, stderr = invoke(
-        cli, str(plan), "--workspace", str(tmp_path), "--json", str(out / "r.json"), "--junit", str(out / "j.xml")
+        cli,
+        str(plan),
+        "--workspace",
+        str(tmp_path),
+        "--json",
+        str(out / "r.json"),
+        "--junit",
+        str(out / "j.xml"),
     )
     assert code == 0, stdout + stderr
     assert "✓ unit [test]" in stdout and "✗ extra [env] (optional)" in stdout and "exit code 4" in stdout
     assert "PASSED: 2/3 passed" in stdout and "optional failed (ignored): extra" in stdout
     assert "\r" not in stdout  # not a terminal: no spinner
     report = json.loads((out / "r.json").read_text())
-    assert report["verdict"] == "passed" and [c["status"] for c in report["commands"]] == ["passed", "passed", "failed"]
+    assert report["verdict"] == "passed" and [c["status"] for c in report["commands"]] == [
+        "passed",
+        "passed",
+        "failed",
+    ]
     suite = ET.parse(out / "j.xml").getroot().find("testsuite")
-    assert (suite.get("name"), suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("ci", "3", "0", "0")
+    assert (suite.get("name"), suite.get("tests"), suite.get("failures"), suite.get("errors")) == (
+        "ci",
+        "3",
+        "0",
+        "0",
+    )
 
 
-def test_f6_cli_exits_1_on_a_required_failure_and_still_writes_reports(cli: click.Group, tmp_path: Path) -> None:
+def test_f6_cli_exits_1_on_a_required_failure_and_still_writes_reports(
+    cli: click.Group, tmp_path: Path
+) -> None:
     plan = write_plan(
         tmp_path / "plan.json",
         [
             {"id": "ok", "command": "true"},
-            {"id": "unit", "kind": "test", "command": "for i in 1 2 3; do echo step $i; done; echo FAILED >&2; exit 1"},
+            {
+                "id": "unit",
+                "kind": "test",
+                "command": "for i in 1 2 3; do echo step $i; done; echo FAILED >&2; exit 1",
+            },
         ],
     )
     code, stdout, _ = invoke(
-        cli, str(plan), "-w", str(tmp_path), "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml")
+        cli,
+        str(plan),
+        "-w",
+        str(tmp_path),
+        "--json",
+        str(tmp_path / "r.json"),
+        "--junit",
+        str(tmp_path / "j.xml"),
     )
     assert code == 1
     assert "✗ unit [test]" in stdout and "FAILED: 1/2 passed" in stdout and "required failed: unit" in stdout
-    assert "--- unit (required) exit code 1" in stdout and "    FAILED" in stdout  # the output tail, for CI logs
+    assert (
+        "--- unit (required) exit code 1" in stdout and "    FAILED" in stdout
+    )  # the output tail, for CI logs
     assert json.loads((tmp_path / "r.json").read_text())["verdict"] == "failed"
     suite = ET.parse(tmp_path / "j.xml").getroot().find("testsuite")
     assert suite.get("failures") == "1"
@@ -89,18 +122,30 @@ def test_f6_cli_exits_1_on_a_required_failure_and_still_writes_reports(cli: clic
 @pytest.mark.parametrize(
     ("name", "text", "needle"),
     [
-        ("dup.json", '{"title": "t", "commands": [{"id": "a", "command": "true"}, {"id": "a", "command": "true"}]}', "used twice"),
+        (
+            "dup.json",
+            '{"title": "t", "commands": [{"id": "a", "command": "true"}, {"id": "a", "command": "true"}]}',
+            "used twice",
+        ),
         ("syntax.toml", 'title = "t"\n[[commands]\n', "invalid TOML"),
         ("empty.json", '{"title": "t", "commands": []}', "at least 1 item"),
-        ("range.toml", 'title = "t"\n[[commands]]\nid = "a"\ncommand = "true"\ntimeout_ms = 5\n', "timeout_ms"),
+        (
+            "range.toml",
+            'title = "t"\n[[commands]]\nid = "a"\ncommand = "true"\ntimeout_ms = 5\n',
+            "timeout_ms",
+        ),
     ],
 )
-def test_f6_cli_exits_2_on_a_bad_plan_with_one_line(cli: click.Group, tmp_path: Path, name: str, text: str, needle: str) -> None:
+def test_f6_cli_exits_2_on_a_bad_plan_with_one_line(
+    cli: click.Group, tmp_path: Path, name: str, text: str, needle: str
+) -> None:
     plan = tmp_path / name
     plan.write_text(text)
     code, stdout, stderr = invoke(cli, str(plan), "-w", str(tmp_path), "--json", str(tmp_path / "r.json"))
     assert code == 2
-    assert len(stderr.strip().splitlines()) == 1 and stderr.startswith("error: bad plan: ") and needle in stderr
+    assert (
+        len(stderr.strip().splitlines()) == 1 and stderr.startswith("error: bad plan: ") and needle in stderr
+    )
     assert "Traceback" not in stderr and stdout == ""
     assert not (tmp_path / "r.json").exists()
 
@@ -113,7 +158,9 @@ def test_f6_cli_exits_2_on_a_missing_plan_or_workspace(cli: click.Group, tmp_pat
     assert code == 2 and stderr.startswith("error: bad workspace") and len(stderr.strip().splitlines()) == 1
 
 
-def test_f6_cli_reports_a_timeout_and_keeps_the_artifact_of_large_output(cli: click.Group, tmp_path: Path) -> None:
+def test_f6_cli_reports_a_timeout_and_keeps_the_artifact_of_large_output(
+    cli: click.Group, tmp_path: Path
+) -> None:
     plan = write_plan(
         tmp_path / "p.json",
         [
@@ -134,9 +181,18 @@ def test_f6_cli_reports_a_timeout_and_keeps_the_artifact_of_large_output(cli: cl
 
 def _fake(id: str, ok: bool, required: bool = True) -> CommandResult:
     return CommandResult(
-        id=id, kind="test", description="", command="x", required=required, timeout_ms=1000,
-        status="passed" if ok else "failed", exit_code=0 if ok else 2, duration_ms=1234, branch_ms=1300,
-        timed_out=False, output="" if ok else "boom\n",
+        id=id,
+        kind="test",
+        description="",
+        command="x",
+        required=required,
+        timeout_ms=1000,
+        status="passed" if ok else "failed",
+        exit_code=0 if ok else 2,
+        duration_ms=1234,
+        branch_ms=1300,
+        timed_out=False,
+        output="" if ok else "boom\n",
     )
 
 
@@ -182,7 +238,11 @@ def test_f6_readme_main_job_runs_on_the_embedded_default() -> None:
         t0 = time.monotonic()
         done = subprocess.run(
             [str(REPO / ".venv" / "bin" / "a3s-fleet"), "verify", plan],
-            cwd=REPO, capture_output=True, text=True, env=env, timeout=60,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
         )
         elapsed = time.monotonic() - t0
         assert done.returncode == 0, done.stdout + done.stderr

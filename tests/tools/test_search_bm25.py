@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections import Counter
@@ -37,7 +38,10 @@ async def call(root: Path, args: dict[str, Any], session_state: dict[str, Any] |
         ("HTTPServer2", ["httpserver2", "http", "server", "2"]),
         ("HTTPServer", ["httpserver", "http", "server"]),
         ("get_user_name", ["get_user_name", "get", "user", "name"]),
-        ("parseJSONResponse_v2", ["parsejsonresponse_v2", "parsejsonresponse", "v2", "parse", "json", "response", "v", "2"]),
+        (
+            "parseJSONResponse_v2",
+            ["parsejsonresponse_v2", "parsejsonresponse", "v2", "parse", "json", "response", "v", "2"],
+        ),
         ("__init__", ["__init__", "init"]),
         ("camelCase snake_case", ["camelcase", "camel", "case", "snake_case", "snake"]),
         ("utf8Decoder", ["utf8decoder", "utf", "8", "decoder"]),
@@ -118,13 +122,18 @@ async def test_q5_output_format_ranking_and_two_results_per_file(tmp_path: Path)
     assert [r["path"] for r in results].count("a.py") == 2
     scores = [r["score"] for r in results]
     assert scores == sorted(scores, reverse=True)
-    for x, y in zip(results, results[1:], strict=False):
+    for x, y in itertools.pairwise(results):
         if x["score"] == y["score"]:
             assert (x["path"], x["start_line"]) < (y["path"], y["start_line"])
-    assert lines[-1] == f"{len(results)} result(s); 3 file(s) read; {res.metadata['scan']['scored_chunks']} chunk(s) scored"
+    assert (
+        lines[-1]
+        == f"{len(results)} result(s); 3 file(s) read; {res.metadata['scan']['scored_chunks']} chunk(s) scored"
+    )
     assert res.metadata["scan"]["scored_chunks"] == 4 + 1 + 1
     # The window is centred on the line with the most query terms, ± context.
-    a_first = next(i for i, ln in enumerate(lines) if ln.startswith(tuple(f"{k}. a.py:" for k in range(1, 9))))
+    a_first = next(
+        i for i, ln in enumerate(lines) if ln.startswith(tuple(f"{k}. a.py:" for k in range(1, 9)))
+    )
     window = lines[a_first + 1 : a_first + 4]
     assert [w.split(" | ")[1] for w in window] == ["filler line 74", "token bucket rate limiter", "x"]
     assert re.fullmatch(r" {3}\d{3} \| filler line 74", window[0])  # "{n:>6} | text"
@@ -134,7 +143,10 @@ async def test_q5_output_format_ranking_and_two_results_per_file(tmp_path: Path)
     assert meta["query_terms"] == ["token", "bucket", "ratelimiter", "rate", "limiter"]
     assert meta["candidate_search"]["matching_files"] == 3  # d.txt never matched the narrowing grep
     assert meta["returned_results"] == len(results)
-    assert meta["source_anchors"][0] == f"{results[0]['path']}:{results[0]['start_line']}-{results[0]['end_line']}"
+    assert (
+        meta["source_anchors"][0]
+        == f"{results[0]['path']}:{results[0]['start_line']}-{results[0]['end_line']}"
+    )
 
 
 async def test_q5_query_validation_and_limits(tmp_path: Path) -> None:

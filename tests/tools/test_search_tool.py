@@ -69,7 +69,10 @@ async def test_q1_extra_runner_receives_retrieval_modes(tmp_path: Path) -> None:
         ({"mode": "grep", "query": "x"}, ToolCapabilities.parallel_safe_read(16)),
         ({"mode": "grep", "query": "x", "output_mode": "summary"}, ToolCapabilities.parallel_safe_read(16)),
         ({"mode": "grep", "query": "x", "output_mode": "count"}, ToolCapabilities.read_only_paginated(16)),
-        ({"mode": "grep", "query": "x", "output_mode": "files_with_matches"}, ToolCapabilities.read_only_paginated(16)),
+        (
+            {"mode": "grep", "query": "x", "output_mode": "files_with_matches"},
+            ToolCapabilities.read_only_paginated(16),
+        ),
         ({"mode": "bm25", "query": "x"}, ToolCapabilities.parallel_safe_read(2)),
     ],
 )

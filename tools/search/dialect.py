@@ -220,6 +220,79 @@ def translate(pattern: str) -> Dialect:
     return d
 
 
+_HEX_ESCAPE_RE = re.compile(r"\\(?:U[0-9a-fA-F]{8}|u[0-9a-fA-F]{4}|x[0-9a-fA-F]{2})")
+
+
+def required_literal(python_pattern: str, case_sensitive: bool) -> str | None:
+    """A string every match must contain, for a cheap byte pre-check; None when unsure.
+
+    Conservative: no alternation anywhere, nothing inside groups or classes, a literal run loses
+    its last character before any quantifier, and case-insensitive searches only use runs with no
+    cased characters.
+    """
+    src = python_pattern
+    if "|" in src or src.startswith("(?"):
+        return None
+    runs: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    in_class = False
+    i = 0
+
+    def close() -> None:
+        if cur:
+            runs.append("".join(cur))
+            cur.clear()
+
+    while i < len(src):
+        c = src[i]
+        if in_class:
+            if c == "\\":
+                i += 2
+                continue
+            if c == "]":
+                in_class = False
+            i += 1
+            continue
+        if c == "\\":
+            m = _HEX_ESCAPE_RE.match(src, i)
+            if m:
+                close()
+                i = m.end()
+                continue
+            e = src[i + 1] if i + 1 < len(src) else ""
+            if e and e.isascii() and not e.isalnum() and depth == 0:
+                cur.append(e)
+            else:
+                close()
+            i += 2
+            continue
+        if c in "?*+{":
+            if cur:
+                cur.pop()
+            close()
+            i = src.index("}", i) + 1 if c == "{" else i + 1  # the dialect only emits {n}, {n,}, {n,m}
+            continue
+        if c in "()[.^$":
+            close()
+            if c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+            elif c == "[":
+                in_class = True
+            i += 1
+            continue
+        if depth == 0:
+            cur.append(c)
+        i += 1
+    close()
+    usable = [
+        r for r in runs if len(r) >= 2 and "\ufffd" not in r and (case_sensitive or r.lower() == r.upper())
+    ]
+    return max(usable, key=len) if usable else None
+
+
 def _hex_escape(pattern: str, i: int, e: str, rust: list[str], py: list[str]) -> int:
     """``\\xHH``, ``\\x{H..}``, ``\\uHHHH``, ``\\u{..}``, ``\\UHHHHHHHH``: one code point, both spellings."""
     if i < len(pattern) and pattern[i] == "{":

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from kernel.workspace import Workspace
+from tools.search.dialect import required_literal
 from tools.search.grep import ContentSink, GrepQuery, Guard, Line, ScanResult, context_lines, read_failed
 from tools.search.ignore import IgnoreRules, walk
 
@@ -103,6 +104,8 @@ class PythonEngine:
 
     def _scan(self, ws: Workspace, q: GrepQuery, guard: Guard, sink: ContentSink | None) -> ScanResult:
         rx = compile_python(q)
+        literal = required_literal(q.dialect.python, q.case_sensitive)
+        needle = literal.encode("utf-8") if literal else None
         result = ScanResult()
         for path in self._files(ws, q, guard):
             guard.check()
@@ -113,6 +116,8 @@ class PythonEngine:
                     result.failed_reads += 1
                     continue
                 raise
+            if needle is not None and needle not in data and data[:2] not in (b"\xff\xfe", b"\xfe\xff"):
+                continue  # cannot match: skip decoding (a UTF-16 file is checked after decoding)
             text = decode_text(data)
             if text is None:
                 continue

@@ -50,16 +50,24 @@ class _BaseParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mode: str = Field(description="which search to run")
-    query: str = Field(min_length=1, description="grep: the regex; glob: the glob; bm25: the question or identifiers")
-    path: str | None = Field(default=None, description="workspace-relative directory (or file) to search; default: the root")
+    query: str = Field(
+        min_length=1, description="grep: the regex; glob: the glob; bm25: the question or identifiers"
+    )
+    path: str | None = Field(
+        default=None, description="workspace-relative directory (or file) to search; default: the root"
+    )
     include: str | None = Field(default=None, description="glob filter on file paths (grep, bm25), e.g. *.py")
-    context: int | None = Field(default=None, ge=0, description="grep content: lines around each match; bm25: default 2, max 8")
+    context: int | None = Field(
+        default=None, ge=0, description="grep content: lines around each match; bm25: default 2, max 8"
+    )
     case_sensitive: bool | None = Field(default=None, description="grep only; default true")
     output_mode: Literal["content", "files_with_matches", "count", "summary"] | None = Field(
         default=None, description="grep only; default content"
     )
     limit: int | None = Field(
-        default=None, ge=1, le=grep.MAX_PAGE_LIMIT,
+        default=None,
+        ge=1,
+        le=grep.MAX_PAGE_LIMIT,
         description="page size for glob and paged grep (default 200); result count for bm25 (default 10, max 25)",
     )
     cursor: str | None = Field(default=None, description="opaque; copy back verbatim from the previous page")
@@ -68,7 +76,9 @@ class _BaseParams(BaseModel):
     )
 
 
-def available_modes(workspace_caps: Iterable[str], retrieval_enabled: bool = False) -> tuple[list[str], dict[str, str]]:
+def available_modes(
+    workspace_caps: Iterable[str], retrieval_enabled: bool = False
+) -> tuple[list[str], dict[str, str]]:
     """(modes this session serves, {missing mode: why})."""
     caps = set(workspace_caps)
     modes: list[str] = []
@@ -77,17 +87,23 @@ def available_modes(workspace_caps: Iterable[str], retrieval_enabled: bool = Fal
         if "search" in caps:
             modes.append(mode)
         else:
-            missing[mode] = f"search mode {mode!r} needs the workspace capability 'search', which this workspace lacks"
+            missing[mode] = (
+                f"search mode {mode!r} needs the workspace capability 'search', which this workspace lacks"
+            )
     if "search" in caps and "read" in caps:
         modes.append("bm25")
     else:
         lack = [c for c in ("search", "read") if c not in caps]
-        missing["bm25"] = f"search mode 'bm25' needs the workspace capabilities 'search' and 'read'; missing: {', '.join(lack)}"
+        missing["bm25"] = (
+            f"search mode 'bm25' needs the workspace capabilities 'search' and 'read'; missing: {', '.join(lack)}"
+        )
     for mode in RETRIEVAL_MODES:
         if retrieval_enabled:
             modes.append(mode)
         else:
-            missing[mode] = f"search mode {mode!r} needs Workspace Retrieval, which this session has not enabled"
+            missing[mode] = (
+                f"search mode {mode!r} needs Workspace Retrieval, which this session has not enabled"
+            )
     return modes, missing
 
 
@@ -123,7 +139,9 @@ def _refuse_args(params: Any, mode: str, names: Iterable[str]) -> None:
             raise InvalidArgument(f"{name} does not apply to search mode '{mode}'")
 
 
-async def _in_thread(ctx: ToolContext, op: str, fn: Callable[[grep.Guard], tuple[str, dict[str, Any]]]) -> tuple[str, dict[str, Any]]:
+async def _in_thread(
+    ctx: ToolContext, op: str, fn: Callable[[grep.Guard], tuple[str, dict[str, Any]]]
+) -> tuple[str, dict[str, Any]]:
     """Run blocking scan work in a thread; a timeout or cancellation stops it (and kills ripgrep)."""
     stop = _Either(ctx.cancelled)
     guard = grep.Guard(ctx.remaining_s(), stop, op)  # type: ignore[arg-type]
@@ -160,9 +178,13 @@ async def _run_grep(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
     mode = p.output_mode or "content"
     paged = mode in grep.PAGINATED_MODES
     if not paged and p.limit not in (None, grep.DEFAULT_PAGE_LIMIT):
-        raise InvalidArgument(f"limit applies only to output_mode files_with_matches or count (got output_mode={mode})")
+        raise InvalidArgument(
+            f"limit applies only to output_mode files_with_matches or count (got output_mode={mode})"
+        )
     if not paged and p.cursor not in (None, ""):
-        raise InvalidArgument(f"cursor applies only to output_mode files_with_matches or count (got output_mode={mode})")
+        raise InvalidArgument(
+            f"cursor applies only to output_mode files_with_matches or count (got output_mode={mode})"
+        )
     if mode != "content" and p.context not in (None, 0):
         raise InvalidArgument("context applies only to output_mode content")
     context = p.context or 0
@@ -171,8 +193,12 @@ async def _run_grep(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
     ws = ctx.workspace
     setting = grep.engine_setting(ctx)
     q = grep.build_query(
-        ws, p.query, path=p.path or "", include=p.include,
-        case_sensitive=True if p.case_sensitive is None else p.case_sensitive, context=context,
+        ws,
+        p.query,
+        path=p.path or "",
+        include=p.include,
+        case_sensitive=True if p.case_sensitive is None else p.case_sensitive,
+        context=context,
     )
     fp = grep.grep_fingerprint(q, mode)
     if paged:
@@ -182,7 +208,13 @@ async def _run_grep(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
     def work(guard: grep.Guard) -> tuple[str, dict[str, Any]]:
         scan, collector = grep.run_scan(ws, q, mode, engine, guard)
         text, meta = grep.render_grep(
-            mode, q, scan, collector=collector, limit=p.limit or grep.DEFAULT_PAGE_LIMIT, cursor=p.cursor or "", fp=fp
+            mode,
+            q,
+            scan,
+            collector=collector,
+            limit=p.limit or grep.DEFAULT_PAGE_LIMIT,
+            cursor=p.cursor or "",
+            fp=fp,
         )
         meta["engine"] = engine.name
         return text, meta
@@ -196,8 +228,14 @@ async def _run_glob(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
 
     def work(guard: grep.Guard) -> tuple[str, dict[str, Any]]:
         return run_glob(
-            ctx.workspace, query=p.query, path=p.path or "", sort=p.sort or "backend",
-            limit=p.limit or grep.DEFAULT_PAGE_LIMIT, cursor=p.cursor or "", setting=setting, guard=guard,
+            ctx.workspace,
+            query=p.query,
+            path=p.path or "",
+            sort=p.sort or "backend",
+            limit=p.limit or grep.DEFAULT_PAGE_LIMIT,
+            cursor=p.cursor or "",
+            setting=setting,
+            guard=guard,
         )
 
     return await _in_thread(ctx, "search.glob", work)
@@ -221,8 +259,15 @@ async def _run_bm25(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
 
     def work(guard: grep.Guard) -> tuple[str, dict[str, Any]]:
         return bm25_mode.run_bm25(
-            ctx.workspace, query=p.query, path=p.path or "", include=p.include, limit=limit,
-            context=context, setting=setting, guard=guard, cache=cache,
+            ctx.workspace,
+            query=p.query,
+            path=p.path or "",
+            include=p.include,
+            limit=limit,
+            context=context,
+            setting=setting,
+            guard=guard,
+            cache=cache,
         )
 
     return await _in_thread(ctx, "search.bm25", work)
@@ -242,7 +287,9 @@ def build_search_tool(
 ) -> ToolSpec | None:
     """The session's ``search`` ToolSpec, or None when it can serve no mode at all."""
     runners = dict(extra_runners or {})
-    modes, missing = available_modes(workspace_caps, retrieval_enabled and all(m in runners for m in RETRIEVAL_MODES))
+    modes, missing = available_modes(
+        workspace_caps, retrieval_enabled and all(m in runners for m in RETRIEVAL_MODES)
+    )
     if retrieval_enabled and not all(m in runners for m in RETRIEVAL_MODES):
         for m in RETRIEVAL_MODES:
             missing[m] = f"search mode {m!r} has no runner configured for this session"

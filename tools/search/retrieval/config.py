@@ -37,6 +37,9 @@ DEFAULT_MAX_VECTORS = 50_000  # 50k × 384 float32 = 73 MiB
 DEFAULT_MAX_MEMORY_BYTES = 256 * 1024 * 1024
 DEFAULT_HTTP_TIMEOUT_S = 30.0
 DEFAULT_HTTP_BATCH = 64  # inputs per /v1/embeddings request
+# The call that creates the index waits this long for the build before answering from what is
+# published (a small workspace is then complete on the very first query); readiness is reported.
+DEFAULT_FIRST_QUERY_WAIT_S = 2.0
 
 
 @runtime_checkable
@@ -78,6 +81,7 @@ class RetrievalConfig:
     api_key: str | None = None  # http route: sent as a Bearer token when set
     http_timeout_s: float = DEFAULT_HTTP_TIMEOUT_S
     http_batch: int = DEFAULT_HTTP_BATCH
+    first_query_wait_s: float = DEFAULT_FIRST_QUERY_WAIT_S
     caps: Caps = field(default_factory=Caps)
 
     def __post_init__(self) -> None:
@@ -103,7 +107,9 @@ class RetrievalConfig:
             elif isinstance(caps, Caps):
                 data["caps"] = caps
             return cls(**data)
-        raise InvalidArgument(f"retrieval config must be a RetrievalConfig or a dict, got {type(value).__name__}")
+        raise InvalidArgument(
+            f"retrieval config must be a RetrievalConfig or a dict, got {type(value).__name__}"
+        )
 
     def resolved_route(self) -> Literal["minilm", "http", "none"]:
         if self.route == "auto":

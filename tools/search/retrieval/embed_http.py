@@ -66,7 +66,9 @@ class HttpEmbedder:
             resp = self._client.post(self.url, json={"model": self.model, "input": texts})
         except httpx.TimeoutException:
             ms = int((time.monotonic() - started) * 1000)
-            raise Timeout(f"embedding request timed out after {ms}ms", op="embeddings", duration_ms=ms) from None
+            raise Timeout(
+                f"embedding request timed out after {ms}ms", op="embeddings", duration_ms=ms
+            ) from None
         except httpx.HTTPError as exc:
             raise Transport(f"embedding request to {self.url} failed: {exc}", op="embeddings") from None
         if resp.status_code == 429:
@@ -83,12 +85,20 @@ class HttpEmbedder:
     def _parse(self, body: Any, n: int) -> np.ndarray:
         data = body.get("data") if isinstance(body, dict) else None
         if not isinstance(data, list) or len(data) != n:
-            raise Transport(f"embedding endpoint returned {len(data) if isinstance(data, list) else 'no'} rows for {n} inputs", op="embeddings")
+            raise Transport(
+                f"embedding endpoint returned {len(data) if isinstance(data, list) else 'no'} rows for {n} inputs",
+                op="embeddings",
+            )
         rows: list[Any] = [None] * n
         for pos, item in enumerate(data):
             idx = item.get("index", pos) if isinstance(item, dict) else pos
             emb = item.get("embedding") if isinstance(item, dict) else None
-            if not isinstance(idx, int) or not 0 <= idx < n or not isinstance(emb, list) or rows[idx] is not None:
+            if (
+                not isinstance(idx, int)
+                or not 0 <= idx < n
+                or not isinstance(emb, list)
+                or rows[idx] is not None
+            ):
                 raise Transport("embedding endpoint returned a malformed row", op="embeddings")
             rows[idx] = emb
         out = np.asarray(rows, dtype=np.float32)

@@ -1,0 +1,183 @@
+"""Fleet operations on the ``a3s-fleet`` command line: ``worker`` and ``status`` (SPEC F-1, F-5).
+
+    a3s-fleet worker [--broker URL] [--concurrency N] [--pool prefork|threads|solo] [--queues Q,...]
+                     [--hostname NAME] [--loglevel LEVEL]
+    a3s-fleet status [--broker URL] [--json] [--timeout S]
+
+``worker`` replaces this process with ``celery -A workers.app:app worker`` (so signals, ``kill`` and
+process supervisors see Celery itself), consuming the fleet's named queue with task events on.
+``--broker`` sets ``A3S_BROKER_URL`` for it; every other ``A3S_*`` variable is passed through.
+Mingle and gossip are off: revocations also travel as Redis cancel flags, and a large fleet's
+workers need not all subscribe to each other's events.
+
+``status`` prints the workers that answer a ping (with their active jobs), the length of each queue
+(plus messages delivered but not yet acknowledged), and the runs orchestrators are waiting on.
+
+``register(main)`` adds these commands (and ``verify`` from ``orchestrator.cli_verify`` when that
+module exists) to the ``a3s-fleet`` group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import click
+
+from config.settings import Settings
+
+POOLS = ("prefork", "threads", "solo")
+DEFAULT_CONCURRENCY = 2
+STATUS_TIMEOUT_S = 1.0
+PRIORITY_SEPARATOR = "\x06\x16"  # kombu's redis transport keeps priority levels in sibling lists
+PRIORITY_STEPS = (3, 6, 9)
+
+
+def worker_argv(
+    *, concurrency: int, pool: str, queues: str, hostname: str | None, loglevel: str
+) -> list[str]:
+    argv = [
+        sys.executable, "-m", "celery", "-A", "workers.app:app", "worker",
+        "--pool", pool, "--concurrency", str(concurrency), "--queues", queues,
+        "--task-events", "--without-mingle", "--without-gossip", "--loglevel", loglevel,
+    ]  # fmt: skip
+    if hostname:
+        argv += ["--hostname", hostname]
+    return argv
+
+
+@click.command("worker")
+@click.option("--broker", default=None, help="Redis URL of the broker (default: A3S_BROKER_URL).")
+@click.option("--concurrency", "-c", type=click.IntRange(1, 256), default=DEFAULT_CONCURRENCY, show_default=True)
+@click.option("--pool", "-P", type=click.Choice(POOLS), default="prefork", show_default=True)
+@click.option("--queues", "-Q", default=None, help="Comma-separated queues (default: A3S_QUEUE).")
+@click.option("--hostname", "-n", default=None, help="Worker node name (default: celery@<host>).")
+@click.option("--loglevel", "-l", default="INFO", show_default=True)
+def worker_cmd(broker: str | None, concurrency: int, pool: str, queues: str | None, hostname: str | None, loglevel: str) -> None:
+    """Run a fleet worker: `celery worker` with the fleet's app, queue and settings."""
+    env = dict(os.environ)
+    if broker:
+        env["A3S_BROKER_URL"] = broker
+    settings = Settings(**({"broker_url": broker} if broker else {}))
+    from workers.app import check_time_limits
+
+    check_time_limits(settings)  # fail here, in one line, rather than in Celery's traceback
+    argv = worker_argv(
+        concurrency=concurrency, pool=pool, queues=queues or settings.queue, hostname=hostname, loglevel=loglevel
+    )
+    sys.stdout.flush()
+    os.execve(argv[0], argv, env)
+
+
+def _queue_lengths(client: Any, queues: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for q in queues:
+        names = [q, *(f"{q}{PRIORITY_SEPARATOR}{p}" for p in PRIORITY_STEPS)]
+        out[q] = sum(int(client.llen(n)) for n in names)
+    return out
+
+
+def collect_status(settings: Settings, timeout_s: float = STATUS_TIMEOUT_S) -> dict[str, Any]:
+    """Workers (ping + active jobs), queue lengths, unacknowledged messages, live runs."""
+    from workers.app import broker_url, make_app
+    from workers.protocol import FleetKeys
+    from workers.runtime import state_url
+    from workers.state import make_client
+
+    app = make_app(settings)
+    try:
+        inspect = app.control.inspect(timeout=timeout_s)
+        pings = inspect.ping() or {}
+        active = (inspect.active() or {}) if pings else {}
+    finally:
+        app.close()
+    workers = [
+        {
+            "name": name,
+            "active": [
+                {"id": job.get("id"), "name": job.get("name"), "kwargs": job.get("kwargs"), "worker_pid": job.get("worker_pid")}
+                for job in active.get(name, [])
+            ],
+        }
+        for name in sorted(pings)
+    ]
+    broker = make_client(broker_url(settings))
+    state = make_client(state_url(settings))
+    keys = FleetKeys()
+    try:
+        queues = _queue_lengths(broker, [settings.queue])
+        unacked = int(broker.hlen("unacked"))
+        runs = []
+        for run_id, beat in state.zrange(keys.runs(), 0, -1, withscores=True):
+            meta = state.hgetall(keys.run(run_id))
+            if not meta:
+                continue
+            runs.append(
+                {
+                    "run_id": run_id,
+                    "session_id": meta.get("session_id", ""),
+                    "done": int(meta.get("done", 0)),
+                    "total": int(meta.get("total", 0)),
+                    "started_ms": int(meta.get("started_ms", 0)),
+                    "last_seen_ms": int(beat),
+                    "host": meta.get("host", ""),
+                }
+            )
+    finally:
+        broker.close()
+        state.close()
+    return {"broker": _redact(broker_url(settings)), "workers": workers, "queues": queues, "unacked": unacked, "runs": runs}
+
+
+def _redact(url: str) -> str:
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://***@{rest.split('@', 1)[1]}"
+
+
+@click.command("status")
+@click.option("--broker", default=None, help="Redis URL of the broker (default: A3S_BROKER_URL).")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as one JSON object.")
+@click.option("--timeout", type=float, default=STATUS_TIMEOUT_S, show_default=True, help="Seconds to wait for workers.")
+def status_cmd(broker: str | None, as_json: bool, timeout: float) -> None:
+    """Show the fleet: workers, queue lengths, running runs."""
+    from kernel.errors import ToolError
+
+    settings = Settings(**({"broker_url": broker} if broker else {}))
+    try:
+        status = collect_status(settings, timeout)
+    except ToolError as exc:
+        click.echo(f"error: {exc.kind}: {exc.message}", err=True)
+        sys.exit(2)
+    if as_json:
+        click.echo(json.dumps(status))
+        return
+    click.echo(f"broker   {status['broker']}")
+    click.echo(f"workers  {len(status['workers'])}")
+    for w in status["workers"]:
+        click.echo(f"  {w['name']}  active={len(w['active'])}")
+        for job in w["active"]:
+            click.echo(f"    {job['name']}  {job['kwargs']}")
+    for q, n in status["queues"].items():
+        click.echo(f"queue    {q}  ready={n}")
+    click.echo(f"unacked  {status['unacked']}")
+    now = int(time.time() * 1000)
+    click.echo(f"runs     {len(status['runs'])}")
+    for run in status["runs"]:
+        age = (now - run["started_ms"]) / 1000
+        click.echo(f"  {run['run_id']}  {run['done']}/{run['total']} done  {age:.1f}s  from {run['host']}")
+
+
+def register(main: click.Group) -> None:
+    main.add_command(worker_cmd)
+    main.add_command(status_cmd)
+    try:
+        from orchestrator import cli_verify  # the verification engineer's module, when present
+    except ImportError:
+        return
+    cli_verify.register(main)
+

@@ -1,0 +1,407 @@
+"""Dispatchers: how a fan-out branch runs — in this process, or as a Celery job (SPEC F-1, X-3, CONVENTIONS §13).
+
+``Dispatcher`` is ``orchestrator.fanout.BranchRunner``; ``InProcessDispatcher`` is the embedded one.
+``CeleryRunner`` (alias ``CeleryDispatcher``) sends each branch as a named ``a3s.tool`` job whose
+envelope carries the session snapshot, and does its own fan-in — never a chord:
+
+- the first branch of a run registers the run in Redis (``workers.protocol`` keys: the run hash and
+  the live-runs index ``a3s-fleet status`` reads) and starts one reader for the run;
+- branches submitted in the same event-loop turn are published in one batch, from a thread (the
+  Celery producer is blocking I/O); each message is labelled for Flower (``shadow`` name
+  ``a3s.tool:<run_id>:<index>``, ``kwargsrepr`` with run id, branch index, description, tool);
+- workers push each result onto the run's list before acknowledging the job; the reader pops them
+  (``BLPOP``, the default ``wait="list"``) or polls the Celery result backend (``wait="poll"``,
+  kept for the benchmark's comparison) and resolves the branch's future; a duplicate delivery's
+  second result is ignored;
+- every idle second the reader checks that the run hash still exists: Redis restarted without its
+  data (or the key expired) means queued jobs and results may be gone, so every unfinished branch
+  fails with ``transport{op: "redis"}`` — a clear error, never a silent wait. An unreachable Redis
+  gets ``OUTAGE_TOLERANCE_S`` to come back, then fails the same way;
+- cancelling a branch's coroutine (fan-in rules, the caller, a closed session) sets the branch's
+  cancel flag (a worker will not start it; a running job stops within ``CANCEL_POLL_S``), revokes the
+  job with ``terminate=True`` (a prefork child is killed), and settles: a branch whose job had
+  already started is awaited until its worker reports (bounded by ``CANCEL_SETTLE_S``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import redis.asyncio as aioredis
+from redis import exceptions as rx
+
+from config.settings import Settings
+from kernel.errors import Cancelled, ToolError, Transport
+from kernel.result import ToolResult
+from orchestrator.fanout import Branch, BranchRunner, InProcessRunner
+from workers.protocol import TOOL_TASK, FleetKeys, JobEnvelope
+
+Dispatcher = BranchRunner
+InProcessDispatcher = InProcessRunner
+
+IDLE_CHECK_S = 1.0  # BLPOP timeout: how often a quiet run checks Redis still holds its state
+HEARTBEAT_S = 5.0
+RUN_KEY_TTL_MS = 600_000  # a run whose orchestrator vanished is forgotten after this
+OUTAGE_TOLERANCE_S = 30.0
+OUTAGE_POLL_S = 0.25
+CANCEL_SETTLE_S = 2.0
+POLL_INTERVAL_S = 0.005
+DRAIN_BATCH = 64
+REDIS_SOCKET_TIMEOUT_S = 5.0  # above IDLE_CHECK_S: a blocking pop is never mistaken for a dead socket
+REDIS_CONNECT_TIMEOUT_S = 2.0
+CONNECTION_ERRORS = (rx.ConnectionError, rx.TimeoutError, OSError)
+WaitMode = Literal["list", "poll"]
+
+
+@dataclass
+class _Run:
+    run_id: str
+    snapshot: dict[str, Any]
+    futures: dict[int, asyncio.Future[ToolResult]] = field(default_factory=dict)
+    task_ids: dict[int, str] = field(default_factory=dict)
+    outbox: list[tuple[int, Branch]] = field(default_factory=list)
+    refs: int = 0
+    ready: asyncio.Task[None] | None = None
+    reader: asyncio.Task[None] | None = None
+    flushing: bool = False
+
+    def pending(self) -> dict[int, asyncio.Future[ToolResult]]:
+        return {i: f for i, f in self.futures.items() if not f.done()}
+
+
+class CeleryRunner:
+    """``BranchRunner`` over Celery + Redis; one instance per session (see the module docstring)."""
+
+    def __init__(
+        self,
+        app: Any,
+        snapshot: Callable[[], dict[str, Any]],
+        settings: Settings,
+        *,
+        session_id: str = "",
+        origin: Literal["host_direct", "agent"] = "host_direct",
+        wait: WaitMode = "list",
+        idempotent: bool = True,
+        keys: FleetKeys | None = None,
+    ) -> None:
+        self.app = app
+        self.settings = settings
+        self.session_id = session_id
+        self.origin = origin
+        self.wait = wait
+        self.idempotent = idempotent
+        self.keys = keys or FleetKeys()
+        self._snapshot = snapshot
+        self._runs: dict[str, _Run] = {}
+        self._redis: aioredis.Redis | None = None
+        self._backend: aioredis.Redis | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._background: set[asyncio.Future[None]] = set()
+
+    # ---- BranchRunner ---------------------------------------------------------------------------
+
+    async def run_branch(self, run_id: str, index: int, branch: Branch) -> ToolResult:
+        run = self._runs.get(run_id)
+        if run is None:
+            run = _Run(run_id, self._snapshot())
+            self._runs[run_id] = run
+            run.ready = asyncio.create_task(self._open(run))
+        run.refs += 1
+        try:
+            await asyncio.shield(run.ready)  # type: ignore[arg-type]
+            fut: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
+            run.futures[index] = fut
+            run.task_ids[index] = str(uuid.uuid4())
+            run.outbox.append((index, branch))
+            if not run.flushing:
+                run.flushing = True
+                asyncio.get_running_loop().call_soon(self._spawn_flush, run)
+            try:
+                return await asyncio.shield(fut)
+            except asyncio.CancelledError:
+                await self._cancel(run, [index])
+                raise
+        finally:
+            run.refs -= 1
+            if run.refs == 0:
+                await self._close_run(run)
+
+    async def aclose(self) -> None:
+        for run in list(self._runs.values()):
+            await self._close_run(run)
+        for client in (self._redis, self._backend):
+            if client is not None:
+                await client.aclose()
+        self._redis = self._backend = None
+
+    # ---- run lifecycle --------------------------------------------------------------------------
+
+    def _client(self) -> aioredis.Redis:
+        loop = asyncio.get_running_loop()
+        if self._redis is None or self._loop is not loop:
+            from workers.runtime import state_url
+
+            self._loop = loop
+            self._redis = _async_client(state_url(self.settings))
+            if self.wait == "poll":
+                self._backend = _async_client(self.app.conf.result_backend)
+        return self._redis
+
+    async def _open(self, run: _Run) -> None:
+        r = self._client()
+        now = int(time.time() * 1000)
+        meta = {
+            "run_id": run.run_id,
+            "session_id": self.session_id,
+            "started_ms": now,
+            "total": 0,
+            "done": 0,
+            "queue": self.settings.queue,
+            "host": f"{socket.gethostname()}:{os.getpid()}",
+        }
+        try:
+            async with r.pipeline(transaction=True) as pipe:
+                pipe.hset(self.keys.run(run.run_id), mapping=meta)
+                pipe.pexpire(self.keys.run(run.run_id), RUN_KEY_TTL_MS)
+                pipe.zadd(self.keys.runs(), {run.run_id: now})
+                await pipe.execute()
+        except CONNECTION_ERRORS as exc:
+            self._runs.pop(run.run_id, None)
+            raise Transport(f"fleet: cannot register run {run.run_id} in redis: {exc}", op="redis") from exc
+        run.reader = asyncio.create_task(self._read(run), name=f"fleet-reader:{run.run_id}")
+
+    async def _close_run(self, run: _Run) -> None:
+        if self._runs.get(run.run_id) is not run:
+            return
+        del self._runs[run.run_id]
+        if run.reader is not None:
+            run.reader.cancel()
+            await asyncio.gather(run.reader, return_exceptions=True)
+        if self._redis is None:
+            return
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.delete(self.keys.run(run.run_id), self.keys.results(run.run_id))
+                pipe.zrem(self.keys.runs(), run.run_id)
+                await pipe.execute()
+        except CONNECTION_ERRORS:
+            pass  # the keys expire on their own
+
+    # ---- publishing -----------------------------------------------------------------------------
+
+    def _spawn_flush(self, run: _Run) -> None:
+        # Scheduled with call_soon: every branch started in this loop turn is in the outbox by now.
+        task = asyncio.ensure_future(self._flush(run))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _flush(self, run: _Run) -> None:
+        batch, run.outbox, run.flushing = run.outbox, [], False
+        if not batch:
+            return
+        messages = [self._message(run, index, branch) for index, branch in batch]
+        try:
+            await asyncio.to_thread(self._publish, messages)
+            await self._client().hincrby(self.keys.run(run.run_id), "total", len(batch))
+        except Exception as exc:  # kombu raises its own OperationalError, redis its ConnectionError
+            err = exc if isinstance(exc, ToolError) else Transport(f"fleet: cannot publish jobs: {exc}", op="broker")
+            for index, _ in batch:
+                fut = run.futures.get(index)
+                if fut is not None and not fut.done():
+                    fut.set_exception(err)
+
+    def _message(self, run: _Run, index: int, branch: Branch) -> dict[str, Any]:
+        envelope = JobEnvelope(
+            snapshot=run.snapshot,
+            tool=branch.tool,
+            args=dict(branch.args),
+            run_id=run.run_id,
+            branch_index=index,
+            description=branch.description,
+            idempotency_key=f"{run.run_id}:{index}" if self.idempotent else None,
+            origin=self.origin,
+        ).model_dump(mode="json")
+        label = {"run_id": run.run_id, "branch_index": index, "description": branch.description[:120], "tool": branch.tool}
+        return {
+            "task_id": run.task_ids[index],
+            "kwargs": {"envelope": envelope},
+            "shadow": f"{TOOL_TASK}:{run.run_id}:{index}",
+            "kwargsrepr": json.dumps(label),
+            "argsrepr": "()",
+            "ignore_result": self.wait == "list",
+        }
+
+    def _publish(self, messages: list[dict[str, Any]]) -> None:
+        with self.app.producer_or_acquire() as producer:
+            for m in messages:
+                self.app.send_task(
+                    TOOL_TASK,
+                    kwargs=m["kwargs"],
+                    task_id=m["task_id"],
+                    queue=self.settings.queue,
+                    shadow=m["shadow"],
+                    kwargsrepr=m["kwargsrepr"],
+                    argsrepr=m["argsrepr"],
+                    ignore_result=m["ignore_result"],
+                    producer=producer,
+                )
+
+    # ---- fan-in ---------------------------------------------------------------------------------
+
+    async def _read(self, run: _Run) -> None:
+        r = self._client()
+        key = self.keys.results(run.run_id)
+        last_beat = time.monotonic()
+        try:
+            while True:
+                try:
+                    if self.wait == "list":
+                        got = await self._pop(r, key)
+                    else:
+                        got = await self._poll(run)
+                except CONNECTION_ERRORS as exc:
+                    await self._ride_out_outage(run, exc)
+                    continue
+                if got:
+                    for item in got:
+                        self._deliver(run, item)
+                if not got or time.monotonic() - last_beat >= HEARTBEAT_S:
+                    last_beat = time.monotonic()
+                    try:
+                        await self._check_state(run)
+                    except CONNECTION_ERRORS as exc:
+                        await self._ride_out_outage(run, exc)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug here must not leave branches waiting forever
+            self._fail_pending(run, Transport(f"fleet: result reader failed: {type(exc).__name__}: {exc}", op="redis"))
+            raise
+
+    async def _pop(self, r: aioredis.Redis, key: str) -> list[dict[str, Any]]:
+        first = await r.blpop([key], timeout=IDLE_CHECK_S)
+        if first is None:
+            return []
+        items = [first[1]]
+        more = await r.lpop(key, DRAIN_BATCH)
+        if more:
+            items.extend(more)
+        return [json.loads(raw) for raw in items]
+
+    async def _poll(self, run: _Run) -> list[dict[str, Any]]:
+        backend = self._backend or self._client()
+        pending = run.pending()
+        started = time.monotonic()
+        while time.monotonic() - started < IDLE_CHECK_S:
+            ids = [(i, run.task_ids[i]) for i in pending if i in run.task_ids]
+            if ids:
+                raw = await backend.mget([f"celery-task-meta-{tid}" for _, tid in ids])
+                got = []
+                for (i, tid), value in zip(ids, raw, strict=True):
+                    meta = json.loads(value) if value else None
+                    if meta and meta.get("status") == "SUCCESS":
+                        got.append({"index": i, "task_id": tid, "result": meta["result"]})
+                    elif meta and meta.get("status") in ("FAILURE", "REVOKED"):
+                        err = Transport(f"fleet: job {tid} ended {meta['status']}: {meta.get('result')}", op="worker")
+                        got.append({"index": i, "task_id": tid, "result": ToolResult.failure(TOOL_TASK, err).to_json()})
+                if got:
+                    return got
+            await asyncio.sleep(POLL_INTERVAL_S)
+        return []
+
+    def _deliver(self, run: _Run, item: dict[str, Any]) -> None:
+        index = item.get("index")
+        fut = run.futures.get(index) if isinstance(index, int) else None
+        if fut is None or fut.done() or item.get("task_id") != run.task_ids.get(index):
+            return  # a duplicate delivery's second result, or a stale item
+        try:
+            fut.set_result(ToolResult.from_json(item["result"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            fut.set_exception(Transport(f"fleet: malformed result for branch {index}: {exc}", op="redis"))
+
+    async def _check_state(self, run: _Run) -> None:
+        r = self._client()
+        async with r.pipeline(transaction=False) as pipe:
+            pipe.pexpire(self.keys.run(run.run_id), RUN_KEY_TTL_MS)
+            pipe.zadd(self.keys.runs(), {run.run_id: int(time.time() * 1000)})
+            alive, _ = await pipe.execute()
+        if not alive:
+            self._fail_pending(
+                run,
+                Transport(
+                    f"fleet: redis lost the state of run {run.run_id} (restarted without persistence, or flushed); "
+                    "jobs not yet reported may be lost — retry the failed branches",
+                    op="redis",
+                ),
+            )
+
+    async def _ride_out_outage(self, run: _Run, exc: BaseException) -> None:
+        deadline = time.monotonic() + OUTAGE_TOLERANCE_S
+        r = self._client()
+        while time.monotonic() < deadline:
+            await asyncio.sleep(OUTAGE_POLL_S)
+            try:
+                await r.ping()
+            except CONNECTION_ERRORS:
+                continue
+            await self._check_state(run)
+            return
+        self._fail_pending(
+            run, Transport(f"fleet: redis unreachable for {OUTAGE_TOLERANCE_S:.0f}s during run {run.run_id}: {exc}", op="redis")
+        )
+
+    def _fail_pending(self, run: _Run, err: ToolError) -> None:
+        for fut in run.pending().values():
+            fut.set_exception(err)
+
+    # ---- cancellation ---------------------------------------------------------------------------
+
+    async def _cancel(self, run: _Run, indexes: list[int]) -> None:
+        """Flag, revoke, settle (see the module docstring). Never raises: we are already cancelling."""
+        tids = [run.task_ids[i] for i in indexes if i in run.task_ids]
+        if not tids:
+            return
+        started: list[int] = []
+        try:
+            r = self._client()
+            async with r.pipeline(transaction=False) as pipe:
+                for tid in tids:
+                    pipe.set(self.keys.cancel(tid), 1, px=RUN_KEY_TTL_MS)
+                for tid in tids:
+                    pipe.exists(self.keys.deliveries(tid))
+                replies = await pipe.execute()
+            started = [i for i, seen in zip(indexes, replies[len(tids) :], strict=True) if seen]
+        except CONNECTION_ERRORS:
+            pass
+        try:
+            await asyncio.to_thread(self.app.control.revoke, tids, terminate=True)
+        except Exception:  # the broker is gone: the cancel flag (if written) still stops the jobs
+            pass
+        waits = [asyncio.shield(run.futures[i]) for i in started if not run.futures[i].done()]
+        if waits:
+            await asyncio.wait(waits, timeout=CANCEL_SETTLE_S)
+        for i in indexes:
+            fut = run.futures.get(i)
+            if fut is not None and not fut.done():
+                fut.set_exception(Cancelled(f"branch {i} of {run.run_id} cancelled", op=TOOL_TASK))
+            if fut is not None and fut.done() and not fut.cancelled():
+                fut.exception()  # retrieved: the caller is gone, nobody else will look at it
+
+
+CeleryDispatcher = CeleryRunner
+
+
+def _async_client(url: str) -> aioredis.Redis:
+    return aioredis.Redis.from_url(
+        url,
+        decode_responses=True,
+        socket_timeout=REDIS_SOCKET_TIMEOUT_S,
+        socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
+    )
