@@ -35,6 +35,7 @@ from orchestrator.loop import LoopThread
 from orchestrator.session import Session
 from orchestrator.snapshot import check_snapshot
 from tools import builtin_tools
+from tools.search.retrieval import close_retrieval, start_retrieval
 
 
 def open_workspace(name: str | os.PathLike[str] | Workspace) -> Workspace:
@@ -142,7 +143,10 @@ class Agent:
         sinks: list[Any] = [memory]
         if "event_sink" in options.services:
             sinks.append(options.services["event_sink"])
-        registry = Registry([*builtin_tools(workspace.capabilities), *self._extra_tools])
+        builtins = builtin_tools(
+            workspace.capabilities, retrieval_enabled=options.workspace_retrieval, services=options.services
+        )
+        registry = Registry([*builtins, *self._extra_tools])
         kernel = Kernel(
             session_id=session_id or self._ids("session"),
             registry=registry,
@@ -161,6 +165,10 @@ class Agent:
         )
         name = workspace_name if isinstance(workspace_name, str) else workspace.name
         session = Session(kernel, self._loop, memory, str(name))
+        if options.workspace_retrieval:
+            # The index is session-owned: it starts building now and is freed when the session closes.
+            start_retrieval(kernel.session_state, workspace, kernel.services)
+            session.on_close(lambda: close_retrieval(kernel.session_state))
         if not self.settings.embedded:
             from orchestrator.dispatch import CeleryRunner
 

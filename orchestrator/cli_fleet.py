@@ -10,7 +10,7 @@ process supervisors see Celery itself), consuming the fleet's named queue with t
 Mingle and gossip are off: revocations also travel as Redis cancel flags, and a large fleet's
 workers need not all subscribe to each other's events.
 
-``status`` prints the workers that answer a ping (with their active jobs), the length of each queue
+``status`` prints the workers that answer (with their active jobs), the length of each queue
 (plus messages delivered but not yet acknowledged), and the runs orchestrators are waiting on.
 
 ``register(main)`` adds these commands (and ``verify`` from ``orchestrator.cli_verify`` when that
@@ -34,6 +34,7 @@ DEFAULT_CONCURRENCY = 2
 STATUS_TIMEOUT_S = 1.0
 PRIORITY_SEPARATOR = "\x06\x16"  # kombu's redis transport keeps priority levels in sibling lists
 PRIORITY_STEPS = (3, 6, 9)
+STALE_RUN_MS = 15_000  # an orchestrator refreshes its runs every few seconds (dispatch.HEARTBEAT_S)
 
 
 def worker_argv(
@@ -65,6 +66,11 @@ def worker_cmd(broker: str | None, concurrency: int, pool: str, queues: str | No
     from workers.app import check_time_limits
 
     check_time_limits(settings)  # fail here, in one line, rather than in Celery's traceback
+    if pool == "threads":  # threads that ignore terminate requests instead of logging errors
+        from workers.pools import THREADS_POOL
+
+        env["CELERY_CUSTOM_WORKER_POOL"] = THREADS_POOL
+        pool = "custom"
     argv = worker_argv(
         concurrency=concurrency, pool=pool, queues=queues or settings.queue, hostname=hostname, loglevel=loglevel
     )
@@ -81,29 +87,12 @@ def _queue_lengths(client: Any, queues: list[str]) -> dict[str, int]:
 
 
 def collect_status(settings: Settings, timeout_s: float = STATUS_TIMEOUT_S) -> dict[str, Any]:
-    """Workers (ping + active jobs), queue lengths, unacknowledged messages, live runs."""
+    """Workers (with their active jobs), queue lengths, unacknowledged messages, live runs."""
     from workers.app import broker_url, make_app
     from workers.protocol import FleetKeys
     from workers.runtime import state_url
     from workers.state import make_client
 
-    app = make_app(settings)
-    try:
-        inspect = app.control.inspect(timeout=timeout_s)
-        pings = inspect.ping() or {}
-        active = (inspect.active() or {}) if pings else {}
-    finally:
-        app.close()
-    workers = [
-        {
-            "name": name,
-            "active": [
-                {"id": job.get("id"), "name": job.get("name"), "kwargs": job.get("kwargs"), "worker_pid": job.get("worker_pid")}
-                for job in active.get(name, [])
-            ],
-        }
-        for name in sorted(pings)
-    ]
     broker = make_client(broker_url(settings))
     state = make_client(state_url(settings))
     keys = FleetKeys()
@@ -124,11 +113,29 @@ def collect_status(settings: Settings, timeout_s: float = STATUS_TIMEOUT_S) -> d
                     "started_ms": int(meta.get("started_ms", 0)),
                     "last_seen_ms": int(beat),
                     "host": meta.get("host", ""),
+                    "stale": int(time.time() * 1000) - int(beat) > STALE_RUN_MS,
                 }
             )
     finally:
         broker.close()
         state.close()
+    # Workers last: a broadcast ping waits its whole timeout, and runs move on meanwhile.
+    app = make_app(settings)
+    try:
+        # Every live worker answers `active` (an empty list when idle): one broadcast, not two.
+        active = app.control.inspect(timeout=timeout_s).active() or {}
+    finally:
+        app.close()
+    workers = [
+        {
+            "name": name,
+            "active": [
+                {"id": job.get("id"), "name": job.get("name"), "kwargs": job.get("kwargs"), "worker_pid": job.get("worker_pid")}
+                for job in active.get(name, [])
+            ],
+        }
+        for name in sorted(active)
+    ]
     return {"broker": _redact(broker_url(settings)), "workers": workers, "queues": queues, "unacked": unacked, "runs": runs}
 
 
@@ -169,7 +176,8 @@ def status_cmd(broker: str | None, as_json: bool, timeout: float) -> None:
     click.echo(f"runs     {len(status['runs'])}")
     for run in status["runs"]:
         age = (now - run["started_ms"]) / 1000
-        click.echo(f"  {run['run_id']}  {run['done']}/{run['total']} done  {age:.1f}s  from {run['host']}")
+        stale = "  (stale: its orchestrator stopped reporting)" if run["stale"] else ""
+        click.echo(f"  {run['run_id']}  {run['done']}/{run['total']} done  {age:.1f}s  from {run['host']}{stale}")
 
 
 def register(main: click.Group) -> None:

@@ -58,6 +58,7 @@ DRAIN_BATCH = 64
 REDIS_SOCKET_TIMEOUT_S = 5.0  # above IDLE_CHECK_S: a blocking pop is never mistaken for a dead socket
 REDIS_CONNECT_TIMEOUT_S = 2.0
 CONNECTION_ERRORS = (rx.ConnectionError, rx.TimeoutError, OSError)
+STOP_ITEM = json.dumps({"stop": True})
 WaitMode = Literal["list", "poll"]
 
 
@@ -72,6 +73,7 @@ class _Run:
     ready: asyncio.Task[None] | None = None
     reader: asyncio.Task[None] | None = None
     flushing: bool = False
+    closing: bool = False
 
     def pending(self) -> dict[int, asyncio.Future[ToolResult]]:
         return {i: f for i, f in self.futures.items() if not f.done()}
@@ -182,11 +184,19 @@ class CeleryRunner:
         if self._runs.get(run.run_id) is not run:
             return
         del self._runs[run.run_id]
-        if run.reader is not None:
-            run.reader.cancel()
-            await asyncio.gather(run.reader, return_exceptions=True)
+        run.closing = True
         if self._redis is None:
             return
+        if run.reader is not None and not run.reader.done():
+            # Wake the reader's BLPOP with a stop item rather than cancelling it: cancelling a
+            # blocking redis.asyncio command can leave the task stuck in the connection's teardown.
+            try:
+                await self._redis.rpush(self.keys.results(run.run_id), STOP_ITEM)
+            except CONNECTION_ERRORS:
+                pass
+            done, _ = await asyncio.wait([run.reader], timeout=IDLE_CHECK_S + 1)
+            if not done:
+                run.reader.cancel()
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.delete(self.keys.run(run.run_id), self.keys.results(run.run_id))
@@ -270,6 +280,8 @@ class CeleryRunner:
                 except CONNECTION_ERRORS as exc:
                     await self._ride_out_outage(run, exc)
                     continue
+                if run.closing:
+                    return
                 if got:
                     for item in got:
                         self._deliver(run, item)
@@ -297,10 +309,9 @@ class CeleryRunner:
 
     async def _poll(self, run: _Run) -> list[dict[str, Any]]:
         backend = self._backend or self._client()
-        pending = run.pending()
         started = time.monotonic()
-        while time.monotonic() - started < IDLE_CHECK_S:
-            ids = [(i, run.task_ids[i]) for i in pending if i in run.task_ids]
+        while time.monotonic() - started < IDLE_CHECK_S and not run.closing:
+            ids = [(i, run.task_ids[i]) for i in run.pending() if i in run.task_ids]
             if ids:
                 raw = await backend.mget([f"celery-task-meta-{tid}" for _, tid in ids])
                 got = []

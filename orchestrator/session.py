@@ -56,6 +56,7 @@ class Session:
         self._loop = loop
         self._memory = memory
         self._closed = False
+        self._closers: list[Callable[[], None]] = []
         # How fan-out branches run: in this process by default; the fleet swaps in a Celery runner.
         self.runner: BranchRunner = InProcessRunner(kernel)
 
@@ -164,9 +165,12 @@ class Session:
         done = self._loop.call(self.kernel.close)
         done.result(timeout=CLOSE_SETTLE_S)
         self._loop.run(self._drain(), timeout=CLOSE_SETTLE_S)
-        on_close = self.kernel.services.get("on_close")
-        if callable(on_close):
-            on_close()
+        for closer in self._closers:
+            closer()
+
+    def on_close(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` when the session closes (after running calls were cancelled)."""
+        self._closers.append(fn)
 
     async def _drain(self) -> None:
         for _ in range(int(CLOSE_SETTLE_S / 0.01)):

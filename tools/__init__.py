@@ -8,12 +8,15 @@ then the runtime built-ins every session gets. No import-time registration, no m
 
 from __future__ import annotations
 
+from typing import Any
+
 from kernel.spec import ToolSpec
 from tools import batch, edit, ls, read, write
 from tools.bash import TOOL as BASH
 from tools.git import TOOL as GIT
 from tools.patch import TOOL as PATCH
 from tools.search import build_search_tool
+from tools.search.retrieval import retrieval_runners
 
 # Workspace-gated built-ins: registered only when the workspace has every capability in `requires`.
 WORKSPACE_TOOLS: list[ToolSpec] = [read.TOOL, ls.TOOL, write.TOOL, edit.TOOL, PATCH, BASH, GIT]
@@ -22,10 +25,14 @@ RUNTIME_TOOLS: list[ToolSpec] = [batch.TOOL]
 ALL_TOOLS: list[ToolSpec] = [*WORKSPACE_TOOLS, *RUNTIME_TOOLS]  # + the per-session `search`
 
 
-def builtin_tools(capabilities: frozenset[str]) -> list[ToolSpec]:
+def builtin_tools(
+    capabilities: frozenset[str], *, retrieval_enabled: bool = False, services: dict[str, Any] | None = None
+) -> list[ToolSpec]:
     gated = [spec for spec in WORKSPACE_TOOLS if spec.requires <= capabilities]
-    # `search` is built per session: its `mode` enum lists only the modes this workspace can serve.
-    search = build_search_tool(capabilities)
+    # `search` is built per session: its `mode` enum lists only the modes this session can serve
+    # (semantic/hybrid only with Workspace Retrieval enabled *and* an embedding route).
+    runners = retrieval_runners(services) if retrieval_enabled else None
+    search = build_search_tool(capabilities, retrieval_enabled, runners)
     if search is not None:
         gated.append(search)
     return [*gated, *RUNTIME_TOOLS]

@@ -39,6 +39,7 @@ BROKER_SOCKET_TIMEOUT_S = 10  # a broker that vanished without a FIN costs secon
 BROKER_CONNECT_TIMEOUT_S = 5
 MIN_RESTORE_INTERVAL_S = 1
 MAX_RESTORE_INTERVAL_S = 5  # DEPENDENCIES §1: 5 s sweeps worked; more often only costs SCANs
+WORKER_LOST_WAIT_S = 1.0
 PUBLISH_RETRY_POLICY = {"max_retries": 3, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 
 
@@ -99,6 +100,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # stop it rather than run it twice at once (Celery's recommended setting since 5.1).
         "worker_cancel_long_running_tasks_on_connection_loss": True,
         "worker_disable_rate_limits": True,
+        # How long a prefork parent waits for a dead child's result before WorkerLostError (and the
+        # redelivery). A lost result is harmless here — the redelivery recovers it from the step
+        # store — so wait 1 s rather than Celery's 10 s.
+        "worker_lost_wait": WORKER_LOST_WAIT_S,
         "task_always_eager": False,
     }
 

@@ -40,9 +40,10 @@ from workers.poison import check_delivery, is_poison, poison_error
 from workers.protocol import ALLOWED_ORIGINS, TOOL_TASK, JobEnvelope
 from workers.runtime import WorkerRuntime, runtime_for
 
-CANCEL_POLL_S = 0.25  # how often a running job looks at its cancel flag (and renews its step lease)
+CANCEL_POLL_S = 0.25  # how often a running job looks at its cancel flag
 MIN_STEP_LEASE_MS = 1_000
-MAX_STEP_LEASE_MS = 15_000
+MAX_STEP_LEASE_MS = 5_000
+LEASE_RENEWALS = 3  # renew when a third of the lease has passed
 BUSY_POLL_MAX_S = 0.5
 
 
@@ -55,15 +56,15 @@ class Delivery:
 
 def step_lease_ms(settings: Settings) -> int:
     """Half the visibility timeout (a delivery that comes back after a whole worker died finds the
-    dead holder's lease expired), at most 15 s (a killed pool child's job, redelivered at once,
-    waits at most that long), renewed every ``CANCEL_POLL_S`` while the job runs."""
+    dead holder's lease expired), at most 5 s (a killed pool child's job is redelivered at once and
+    waits that long for the dead holder's lease), renewed every third of it while the job runs."""
     return max(MIN_STEP_LEASE_MS, min(MAX_STEP_LEASE_MS, settings.visibility_timeout_s * 1000 // 2))
 
 
 def register(app: Celery, settings: Settings) -> None:
-    """Register the fleet's jobs on ``app`` (explicitly: no ``shared_task``)."""
+    """Register the fleet's jobs on ``app`` only (``shared=False``: no other app inherits them)."""
 
-    @app.task(name=TOOL_TASK, bind=True, acks_late=True, reject_on_worker_lost=True)
+    @app.task(name=TOOL_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, shared=False)
     def tool_job(self: Any, envelope: dict[str, Any]) -> dict[str, Any]:
         info = self.request.delivery_info or {}
         delivery = Delivery(self.request.id, bool(info.get("redelivered")), self.request.hostname or "")
@@ -151,6 +152,7 @@ def _call(
     coro = kernel.invoke_host(env.tool, env.args) if env.origin == "host_direct" else kernel.invoke_agent(env.tool, env.args)
     fut = rt.agent.loop.submit(coro)
     t0 = time.monotonic()
+    renew_at = t0 + (step[2] / 1000 / LEASE_RENEWALS if step else float("inf"))
     while True:
         try:
             return fut.result(timeout=max(0.0, min(CANCEL_POLL_S, deadline - time.monotonic())))
@@ -164,9 +166,10 @@ def _call(
         if _cancel_requested(rt, delivery.task_id):
             fut.cancel()
             return ToolResult.failure(env.tool, Cancelled(f"branch {env.branch_index} of {env.run_id} was cancelled", op=env.tool))
-        if step is not None:
+        if step is not None and time.monotonic() >= renew_at:
             try:
                 rt.steps.renew(step[0], step[1], lease_ms=step[2])
+                renew_at = time.monotonic() + step[2] / 1000 / LEASE_RENEWALS
             except Transport:
                 pass  # the next poll tries again; the lease outlives several polls
 

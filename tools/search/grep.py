@@ -158,7 +158,9 @@ class ContentCollector:
         out = [header]
         used = len(header.encode()) + 1
         reserve = len(TRUNCATED_MARKER) + 1
-        truncated = self.dropped
+        # Lines are cut only by the budget; text dropped while collecting only adds the marker
+        # (it must not stop the render after the first file: both engines must show the same).
+        truncated = False
         shown: list[str] = []
         for i, path in enumerate(self._paths):
             block = self._blocks[path]
@@ -177,6 +179,7 @@ class ContentCollector:
                 shown.append(path)
             if truncated:
                 break
+        truncated = truncated or self.dropped
         if truncated:
             out.append(TRUNCATED_MARKER)
         return "\n".join(out), truncated, shown

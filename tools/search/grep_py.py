@@ -10,11 +10,14 @@ means UTF-16, invalid UTF-8 becomes U+FFFD; a NUL byte anywhere marks the file b
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Callable
 
 from kernel.workspace import Workspace
 from tools.search.dialect import required_literal
 from tools.search.grep import ContentSink, GrepQuery, Guard, Line, ScanResult, context_lines, read_failed
+from tools.search.grep_local import UTF16_BOMS, is_local, read_local, walk_local
 from tools.search.ignore import IgnoreRules, walk
 
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -83,6 +86,49 @@ def matching_lines(text: str, rx: re.Pattern[str]) -> list[int]:
     return out
 
 
+def match_line_starts(text: str, rx: re.Pattern[str]) -> list[int] | None:
+    """Offsets of the first match on each matching line (ascending), or None when a match crossed a
+    line end (then only ``matching_lines`` gives the exact answer).
+
+    Same searches as ``matching_lines`` (each from the start of the line after the last hit), minus
+    the line counting: callers that need line numbers count newlines only for the files they show.
+    """
+    out: list[int] = []
+    n = len(text)
+    ends_open = n == 0 or text[-1] == "\n"
+    search = rx.search
+    find = text.find
+    pos = 0
+    while pos <= n:
+        m = search(text, pos)
+        if m is None:
+            break
+        s, e = m.span()
+        if s == n and ends_open:
+            break
+        nl = find("\n", s)
+        if nl < 0:
+            nl = n
+        if e > nl:
+            return None
+        out.append(s)
+        pos = nl + 1
+    return out
+
+
+def line_indexes(text: str, starts: list[int]) -> list[int]:
+    """0-based line index of each offset in ``starts`` (ascending)."""
+    out: list[int] = []
+    count = text.count
+    line = 0
+    prev = 0
+    for s in starts:
+        line += count("\n", prev, s)
+        prev = s
+        out.append(line)
+    return out
+
+
 def split_lines(text: str) -> list[str]:
     lines = text.split("\n")
     if lines and lines[-1] == "":
@@ -97,7 +143,11 @@ class PythonEngine:
         if q.base_is_file:
             return [q.base]
         rules = IgnoreRules(ws)
-        paths = [e.path for e in walk(ws, q.base, rules, lambda: guard.stop) if q.included(e.path)]
+        if is_local(ws):
+            found = walk_local(ws, q.base, rules, lambda: guard.stop)
+            paths = [p for p in found if q.included(p)] if q.include is not None else found
+        else:
+            paths = [e.path for e in walk(ws, q.base, rules, lambda: guard.stop) if q.included(e.path)]
         guard.check()
         paths.sort()
         return paths
@@ -107,25 +157,32 @@ class PythonEngine:
         literal = required_literal(q.dialect.python, q.case_sensitive)
         needle = literal.encode("utf-8") if literal else None
         result = ScanResult()
+        read = _local_reader(ws) if is_local(ws) else ws.read_bytes
         for path in self._files(ws, q, guard):
             guard.check()
             try:
-                data = ws.read_bytes(path)
+                data = read(path)
             except Exception as exc:
                 if read_failed(exc):
                     result.failed_reads += 1
                     continue
                 raise
-            if needle is not None and needle not in data and data[:2] not in (b"\xff\xfe", b"\xfe\xff"):
+            if data is None:
+                continue  # binary (seen in its first block)
+            if needle is not None and needle not in data and data[:2] not in UTF16_BOMS:
                 continue  # cannot match: skip decoding (a UTF-16 file is checked after decoding)
             text = decode_text(data)
             if text is None:
                 continue
-            hits = matching_lines(text, rx)
-            if not hits:
+            starts = match_line_starts(text, rx)
+            hits = matching_lines(text, rx) if starts is None else None
+            n_hits = len(starts) if starts is not None else len(hits or ())
+            if not n_hits:
                 continue
-            result.counts[path] = len(hits)
+            result.counts[path] = n_hits
             if sink is not None and sink.wants(path):
+                if hits is None:
+                    hits = line_indexes(text, starts or [])
                 lines: list[Line] = context_lines(split_lines(text), hits, q.context)
                 sink.add(path, lines)
         return result
@@ -135,3 +192,8 @@ class PythonEngine:
 
     def content(self, ws: Workspace, q: GrepQuery, sink: ContentSink, guard: Guard) -> ScanResult:
         return self._scan(ws, q, guard, sink)
+
+
+def _local_reader(ws: Workspace) -> Callable[[str], bytes | None]:
+    root = os.fspath(ws.root)  # type: ignore[arg-type]
+    return lambda path: read_local(root, path)

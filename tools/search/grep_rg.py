@@ -3,8 +3,10 @@
 ripgrep runs with ``cwd`` = the workspace root and relative paths, ``--no-config`` and the flags
 that make its file selection equal to ``ignore.py``'s (``--no-require-git --no-ignore-global
 --no-ignore-exclude``, ``--no-ignore-parent`` at the root, ``-g !.git -g !.a3s``). Counting modes
-use ``--count --null`` (ripgrep then drops any file holding a NUL byte); content uses ``--json``,
-whose ``end`` record names binary files so they are dropped too. ``include`` becomes a ``-g``
+use ``--count --null`` (ripgrep then drops any file holding a NUL byte). Content uses the plain
+``--heading --null`` format (a quarter of ``--json``'s bytes), parsed per file block: totals from
+the block bytes, text only for the blocks the collector can still show, and a block ending in
+ripgrep's binary-file warning is dropped as ``--count`` drops it. ``include`` becomes a ``-g``
 override and its results are re-checked against the ignore rules, because ripgrep lets an override
 whitelist ignored and hidden files. The process runs in its own process group and is killed on
 timeout, cancellation, or when its output passes ``MAX_RG_OUTPUT_BYTES`` (then ``truncated``).
@@ -12,14 +14,12 @@ timeout, cancellation, or when its output passes ``MAX_RG_OUTPUT_BYTES`` (then `
 
 from __future__ import annotations
 
-import base64
-import json
 import os
+import re
 import selectors
 import signal
 import subprocess
 from collections.abc import Callable
-from typing import Any
 
 from kernel.errors import InvalidArgument, Transport
 from kernel.workspace import Workspace
@@ -29,6 +29,9 @@ MAX_RG_OUTPUT_BYTES = 512 * 1024 * 1024
 MAX_STDERR_BYTES = 64 * 1024
 READ_CHUNK_BYTES = 256 * 1024
 POLL_INTERVAL_S = 0.05
+_MATCH_PREFIX_RE = re.compile(rb"^[0-9]+:", re.MULTILINE)
+_LINE_RE = re.compile(rb"^([0-9]+)([:-])(.*)$", re.MULTILINE)
+_BINARY_WARNING = b": WARNING: stopped searching binary file"
 _GLOB_SPECIAL = set("\\*?[]{}!,")
 
 
@@ -82,43 +85,39 @@ class RipgrepEngine:
     # -- content ------------------------------------------------------------------------------
 
     def content(self, ws: Workspace, q: GrepQuery, sink: ContentSink, guard: Guard) -> ScanResult:
+        """One scan in ripgrep's plain ``--heading --null`` format, parsed per file block.
+
+        A block is ``path NUL`` then ``N:text`` (match) / ``N-text`` (context) / ``--`` lines, and
+        blocks are separated by an empty line (no numbered line is ever empty). Totals come from the
+        block bytes alone (line count, or a prefix regex with context); only the blocks of files the
+        sink still wants are split into lines and decoded. A block ending in ripgrep's "stopped
+        searching binary file" warning is a binary file and is dropped, as ``--count`` drops it.
+        """
         result = ScanResult()
         keep = filter_result(ws, q, None)
-        state: dict[str, Any] = {"path": None, "skip": True, "lines": []}
+        count_matches = _MATCH_PREFIX_RE.findall if q.context else None
 
-        def on_line(line: bytes) -> None:
-            if line.startswith(b'{"type":"match"') or line.startswith(b'{"type":"context"'):
-                if state["skip"]:
-                    return
-                data = json.loads(line)["data"]
-                lines: list[Line] = state["lines"]
-                is_match = line[9] == 0x6D  # b'{"type":"m…'
-                lines.append((data["line_number"], is_match, _text(data["lines"])))
+        def on_block(path_b: bytes, block: bytes) -> None:
+            # ``block`` holds the file's lines, each ending in a newline.
+            last = block[block.rfind(b"\n", 0, len(block) - 1) + 1 :]
+            if last.startswith(path_b + _BINARY_WARNING):
                 return
-            if line.startswith(b'{"type":"begin"'):
-                path = _clean(_text(json.loads(line)["data"]["path"], raw_path=True))
-                ok = keep(path)
-                state["path"] = path if ok else None
-                state["skip"] = not ok or not sink.wants(path)
-                state["lines"] = []
+            path = _clean(os.fsdecode(path_b))
+            if not keep(path):
                 return
-            if line.startswith(b'{"type":"end"'):
-                path = state["path"]
-                if path is None:
-                    return
-                data = json.loads(line)["data"]
-                if data.get("binary_offset") is not None:
-                    return
-                matched = int(data["stats"]["matched_lines"])
-                if matched:
-                    result.counts[path] = matched
-                    if not state["skip"]:
-                        sink.add(path, state["lines"])
-                state["path"] = None
-                state["lines"] = []
+            matched = len(count_matches(block)) if count_matches else block.count(b"\n")
+            if not matched:
+                return
+            result.counts[path] = matched
+            if sink.wants(path):
+                sink.add(path, _block_lines(block))
 
-        extra = ["--json"] + (["--context", str(q.context)] if q.context else [])
-        self._run(ws, self.argv(q, extra), guard, on_line, result)
+        blocks = _BlockReader(on_block)
+        extra = ["--line-number", "--heading", "--null", "--with-filename", "--color", "never"]
+        extra += ["--context", str(q.context)] if q.context else []
+        self._run_raw(ws, self.argv(q, extra), guard, blocks.feed, result)
+        if not result.truncated:
+            blocks.finish()
         return result
 
     # -- process ------------------------------------------------------------------------------
@@ -131,6 +130,31 @@ class RipgrepEngine:
         on_line: Callable[[bytes], None],
         result: ScanResult,
     ) -> None:
+        """Run ripgrep, handing each stdout line (without its newline) to ``on_line``."""
+        pending = [b""]
+
+        def feed(chunk: bytes) -> None:
+            data = pending[0] + chunk
+            if b"\n" not in chunk:
+                pending[0] = data
+                return
+            *lines, pending[0] = data.split(b"\n")
+            for line in lines:
+                on_line(line)
+
+        self._run_raw(ws, argv, guard, feed, result)
+        if pending[0] and not result.truncated:
+            on_line(pending[0])
+
+    def _run_raw(
+        self,
+        ws: Workspace,
+        argv: list[str],
+        guard: Guard,
+        on_data: Callable[[bytes], None],
+        result: ScanResult,
+    ) -> None:
+        """Run ripgrep in its own process group, handing stdout chunks to ``on_data`` as they come."""
         assert ws.root is not None
         guard.check()
         try:
@@ -150,7 +174,6 @@ class RipgrepEngine:
         sel.register(proc.stdout, selectors.EVENT_READ, "out")
         sel.register(proc.stderr, selectors.EVENT_READ, "err")
         out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
-        pending = b""
         stderr = bytearray()
         read_total = 0
         open_streams = 2
@@ -176,14 +199,7 @@ class RipgrepEngine:
                         _kill(proc)
                         open_streams = 0
                         break
-                    pending += chunk
-                    if b"\n" not in chunk:
-                        continue
-                    *lines, pending = pending.split(b"\n")
-                    for line in lines:
-                        on_line(line)
-            if pending and not result.truncated:
-                on_line(pending)
+                    on_data(chunk)
         finally:
             sel.close()
             if proc.poll() is None and (result.truncated or guard.stop):
@@ -211,21 +227,48 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
+class _BlockReader:
+    """Cuts ``--heading --null`` output into (path bytes, block bytes) as chunks arrive.
+
+    The path runs to its NUL (a path may hold newlines, never NUL); the block then runs to the
+    first empty line, or to the end of the output for the last block.
+    """
+
+    def __init__(self, on_block: Callable[[bytes, bytes], None]) -> None:
+        self.on_block = on_block
+        self.buf = b""
+
+    def feed(self, chunk: bytes) -> None:
+        buf = self.buf + chunk if self.buf else chunk
+        pos = 0
+        while True:
+            nul = buf.find(b"\x00", pos)
+            if nul < 0:
+                break
+            end = buf.find(b"\n\n", nul + 1)
+            if end < 0:
+                break
+            self.on_block(buf[pos:nul], buf[nul + 1 : end + 1])
+            pos = end + 2
+        self.buf = buf[pos:]
+
+    def finish(self) -> None:
+        buf, self.buf = self.buf, b""
+        nul = buf.find(b"\x00")
+        if nul >= 0:
+            block = buf[nul + 1 :]
+            self.on_block(buf[:nul], block if block.endswith(b"\n") else block + b"\n")
+
+
+def _block_lines(block: bytes) -> list[Line]:
+    """The numbered lines of one block; text decoded as ripgrep's JSON would give it, CR dropped."""
+    out: list[Line] = []
+    for num, sep, raw in _LINE_RE.findall(block):
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        out.append((int(num), sep == b":", raw.decode("utf-8", "replace")))
+    return out
+
+
 def _clean(path: str) -> str:
     return path[2:] if path.startswith("./") else path
-
-
-def _text(obj: dict[str, Any], raw_path: bool = False) -> str:
-    """ripgrep's ``{"text": …}`` or ``{"bytes": base64}``; line text loses its line end."""
-    if "text" in obj:
-        text = obj["text"]
-    else:
-        raw = base64.b64decode(obj["bytes"])
-        text = os.fsdecode(raw) if raw_path else raw.decode("utf-8", "replace")
-    if raw_path:
-        return text
-    if text.endswith("\n"):
-        text = text[:-1]
-    if text.endswith("\r"):
-        text = text[:-1]
-    return text

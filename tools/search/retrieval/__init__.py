@@ -48,7 +48,9 @@ def retrieval_runners(
     return {"semantic": _semantic, "hybrid": _hybrid}
 
 
-def start_retrieval(session_state: dict[str, Any], workspace: Workspace, services: dict[str, Any] | None = None) -> RetrievalIndex:
+def start_retrieval(
+    session_state: dict[str, Any], workspace: Workspace, services: dict[str, Any] | None = None
+) -> RetrievalIndex:
     existing = session_state.get(SESSION_KEY)
     if isinstance(existing, RetrievalIndex) and not existing.closed:
         return existing

@@ -392,13 +392,16 @@ class RetrievalIndex:
         for path in paths:
             if self._stop.is_set():
                 return
+            if self._vectors_full(path):
+                self._done()
+                continue
             prep = self._prepare(path)
             if prep is None:
                 self._drop(path)
             elif isinstance(prep, _Prepared):
                 if not prep.chunks:
                     self._publish(prep, np.zeros((0, 0), dtype=np.float32))
-                elif self._admit(prep):
+                elif self._admit(prep, ready):
                     ready.append(prep)
                     continue  # in flight until its vectors are published
             self._done()
@@ -418,28 +421,36 @@ class RetrievalIndex:
             self._done()
             offset += n
 
-    def _admit(self, prep: _Prepared) -> bool:
-        """Would this file fit the vector and memory caps? Counts the skip when not."""
+    def _vectors_full(self, path: str) -> bool:
+        """No room for a new file's vectors: count the skip without reading the file."""
+        with self._lock:
+            if path in self._files or self._n - self._dead < self.caps.max_vectors:
+                return False
+            self._st.skips.over_vector_cap += 1
+            return True
+
+    def _admit(self, prep: _Prepared, batch: list[_Prepared]) -> bool:
+        """Would this file fit the vector and memory caps next to the batch admitted before it?
+
+        Counts the skip when not.
+        """
+        extra_rows = sum(len(p.chunks) for p in batch) + len(prep.chunks)
+        extra_symbols = sum(len(p.symbols) for p in batch) + len(prep.symbols)
         with self._lock:
             old = self._files.get(prep.path)
             old_rows = len(old.rows) if old else 0
-            live_after = self._n - self._dead - old_rows + len(prep.chunks)
-            if live_after > self.caps.max_vectors:
+            if self._n - self._dead - old_rows + extra_rows > self.caps.max_vectors:
                 self._st.skips.over_vector_cap += 1
                 return False
-            dim = (
-                self._vecs.shape[1]
-                if self._vecs is not None
-                else int(getattr(self.embedder, "dim", 384) or 384)
-            )
-            rows_after = self._n + len(prep.chunks)
-            mem = self._memory_locked(
-                max(rows_after, self._capacity_locked()),
-                rows_after,
-                self._symbols + len(prep.symbols),
-                len(self._files) + 1,
-                dim,
-            )
+            if self._vecs is not None:
+                dim = int(self._vecs.shape[1])
+            else:
+                dim = int(getattr(self.embedder, "dim", 384) or 384)
+            rows_after = self._n + extra_rows
+            symbols_after = self._symbols + extra_symbols
+            files_after = len(self._files) + len(batch) + 1
+            capacity = self._capacity_for_locked(rows_after, dim, symbols_after, files_after)
+            mem = self._memory_locked(capacity, rows_after, symbols_after, files_after, dim)
             if mem > self.caps.max_memory_bytes:
                 self._st.skips.over_memory_cap += 1
                 return False
@@ -498,18 +509,27 @@ class RetrievalIndex:
             + files * FILE_OVERHEAD_BYTES
         )
 
-    def _reserve_locked(self, extra: int, dim: int) -> None:
+    def _capacity_for_locked(self, need: int, dim: int, symbols: int, files: int) -> int:
+        """The matrix capacity (rows) once ``need`` rows are in use.
+
+        Doubling is bounded so that filling the slack later — each extra row worst case with a file
+        of its own — still fits the memory cap; ``_admit`` checks the exact figure.
+        """
         cap = self._capacity_locked()
-        need = self._n + extra
-        if self._vecs is not None and need <= cap:
-            return
+        if need <= cap:
+            return cap
         new_cap = max(INITIAL_CAPACITY_ROWS, cap)
         while new_cap < need:
             new_cap *= 2
-        # Doubling must not overshoot the memory cap (``_admit`` already checked that `need` fits).
-        fixed = self._memory_locked(0, need, self._symbols, len(self._files) + 1, dim)
-        limit_rows = (self.caps.max_memory_bytes - fixed) // (dim * 4 + 1)
-        new_cap = max(need, min(new_cap, limit_rows))
+        free = self.caps.max_memory_bytes - self._memory_locked(need, need, symbols, files, dim)
+        per_extra_row = dim * 4 + 1 + ROW_OVERHEAD_BYTES + FILE_OVERHEAD_BYTES
+        return max(need, min(new_cap, need + max(0, free) // per_extra_row))
+
+    def _reserve_locked(self, extra: int, dim: int) -> None:
+        need = self._n + extra
+        if self._vecs is not None and need <= self._capacity_locked():
+            return
+        new_cap = self._capacity_for_locked(need, dim, self._symbols, len(self._files) + 1)
         vecs = np.zeros((new_cap, dim), dtype=np.float32)
         live = np.zeros(new_cap, dtype=bool)
         if self._vecs is not None:

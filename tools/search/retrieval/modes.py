@@ -68,7 +68,9 @@ def session_index(ctx: ToolContext) -> tuple[RetrievalIndex, bool]:
     return start_index(ctx.session_state, ctx.workspace, ctx.services), True
 
 
-def start_index(session_state: dict[str, Any], workspace: Workspace, services: dict[str, Any] | None) -> RetrievalIndex:
+def start_index(
+    session_state: dict[str, Any], workspace: Workspace, services: dict[str, Any] | None
+) -> RetrievalIndex:
     services = services or {}
     config = config_from_services(services)
     owns = services.get("retrieval_embedder") is None
@@ -198,7 +200,9 @@ def _cap_per_file(hits: list[Hit], limit: int) -> list[Hit]:
 # --- semantic ----------------------------------------------------------------------------------------
 
 
-def semantic_hits(index: RetrievalIndex, req: Request, fresh: Freshness, qvec: np.ndarray, guard: grep.Guard) -> list[Hit]:
+def semantic_hits(
+    index: RetrievalIndex, req: Request, fresh: Freshness, qvec: np.ndarray, guard: grep.Guard
+) -> list[Hit]:
     top = min(MAX_CANDIDATES, req.limit * CANDIDATE_FACTOR)
     out: list[Hit] = []
     rescores = 0
@@ -231,8 +235,16 @@ def semantic_hits(index: RetrievalIndex, req: Request, fresh: Freshness, qvec: n
 
 
 def hybrid_hits(
-    ws: Workspace, index: RetrievalIndex, req: Request, fresh: Freshness, qvec: np.ndarray, guard: grep.Guard,
-    *, setting: str, bm25_cache: bm25.Bm25Cache, notes: list[str],
+    ws: Workspace,
+    index: RetrievalIndex,
+    req: Request,
+    fresh: Freshness,
+    qvec: np.ndarray,
+    guard: grep.Guard,
+    *,
+    setting: str,
+    bm25_cache: bm25.Bm25Cache,
+    notes: list[str],
 ) -> tuple[list[Hit], dict[str, int]]:
     identifiers = hybrid.query_identifiers(req.query)
     channels: dict[str, list[hybrid.ChunkKey]] = {}
@@ -242,8 +254,15 @@ def hybrid_hits(
     guard.check()
     try:
         _, meta = bm25_mode.run_bm25(
-            ws, query=req.query, path=req.path, include=req.include, limit=bm25_mode.MAX_LIMIT, context=0,
-            setting=setting, guard=guard, cache=bm25_cache,
+            ws,
+            query=req.query,
+            path=req.path,
+            include=req.include,
+            limit=bm25_mode.MAX_LIMIT,
+            context=0,
+            setting=setting,
+            guard=guard,
+            cache=bm25_cache,
         )
         channels["lexical"] = [(r["path"], r["start_line"]) for r in meta["results"] if req.accept(r["path"])]
     except InvalidArgument as exc:
@@ -272,7 +291,8 @@ def hybrid_hits(
             fresh.stale_paths.add(item.path)
             continue
         stale = [
-            ch for ch, digests in (("semantic", semantic_digests), ("symbol", symbol_digests))
+            ch
+            for ch, digests in (("semantic", semantic_digests), ("symbol", symbol_digests))
             if ch in item.ranks and digests.get(item.key) != digest
         ]
         if stale:
@@ -316,7 +336,12 @@ def _window(lines: list[str], start: int, end: int, terms: set[str], context: in
 
 
 def render(
-    mode: str, req: Request, hits: list[Hit], fresh: Freshness, status: dict[str, Any], extra_meta: dict[str, Any],
+    mode: str,
+    req: Request,
+    hits: list[Hit],
+    fresh: Freshness,
+    status: dict[str, Any],
+    extra_meta: dict[str, Any],
     notes: list[str],
 ) -> ToolResult:
     title = "Semantic" if mode == "semantic" else "Hybrid"
@@ -336,16 +361,22 @@ def render(
             evidence = ", ".join(f"{ch} #{r}" for ch, r in h.extra["channels"].items())
             label = f"score {h.score:.4f}; {evidence}"
         else:
-            label = f"score {h.score:.4f}" + ("; re-scored: file changed since indexing" if h.extra.get("rescored") else "")
+            label = f"score {h.score:.4f}" + (
+                "; re-scored: file changed since indexing" if h.extra.get("rescored") else ""
+            )
         out.append("")
         out.append(f"{rank}. {h.path}:{h.start_line}-{h.end_line} ({label})")
         lo, hi = _window(lines, h.start_line, h.end_line, terms, req.context)
         for n in range(lo, min(hi, len(lines)) + 1):
             out.append(f"{n:>6} | {_cut(lines[n - 1])}")
-        results.append({"path": h.path, "start_line": h.start_line, "end_line": h.end_line, "score": h.score, **h.extra})
+        results.append(
+            {"path": h.path, "start_line": h.start_line, "end_line": h.end_line, "score": h.score, **h.extra}
+        )
         anchors.append(f"{h.path}:{h.start_line}-{h.end_line}")
     out.append("")
-    out.append(f"{len(hits)} result(s); {status['indexed_chunks']} chunk(s) indexed in {status['indexed_files']} file(s)")
+    out.append(
+        f"{len(hits)} result(s); {status['indexed_chunks']} chunk(s) indexed in {status['indexed_files']} file(s)"
+    )
     if status["truncated"]:
         out.append("Warning: index caps left files out of the index (see metadata.index.skipped).")
     out.extend(notes)
@@ -421,7 +452,9 @@ async def run_mode(ctx: ToolContext, mode: str, params: Any) -> ToolResult:
             extra = {"algorithm": "cosine", "parameters": params_meta}
         else:
             assert cache is not None
-            hits, counts = hybrid_hits(ws, index, req, fresh, qvec, guard, setting=setting, bm25_cache=cache, notes=notes)
+            hits, counts = hybrid_hits(
+                ws, index, req, fresh, qvec, guard, setting=setting, bm25_cache=cache, notes=notes
+            )
             params_meta["rrf_k"] = hybrid.RRF_K
             extra = {"algorithm": "rrf", "parameters": params_meta, "channels": counts}
         if fresh.stale_paths:

@@ -1,0 +1,188 @@
+"""Workspace Retrieval benchmark (issue 4, Q-6/Q-7): semantic index build rate and query latency.
+
+    python -m bench.search_semantic [--build-chunks 192] [--queries 8] [--full]
+
+1. **Build rate, MiniLM**: a copy of the first standard-library modules (about ``--build-chunks``
+   80-line chunks) is indexed end to end — walk, read, chunk, all-MiniLM-L6-v2 numpy forward pass,
+   publish — and the rate is indexed chunks per second of wall time.
+2. **Query latency at 10 000 chunks**: the Python standard library that ships with the interpreter
+   is the workspace; the index is capped at 10 000 vectors. Without ``--full`` the *build* thread
+   stores random unit vectors (the MiniLM build of 10 000 chunks takes minutes at the rate above;
+   cosine cost does not depend on the values), while every *query* is embedded with MiniLM. Latency
+   is measured through the search mode runner (query embedding + exact cosine over 10 000 rows +
+   digest re-check of every candidate file + rendering), and the bare cosine top-k separately.
+   ``--full`` embeds all 10 000 chunks with MiniLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import statistics
+import sysconfig
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TARGET_CHUNKS = 10_000
+QUERIES = [
+    "parse command line arguments into options",
+    "compress data with zlib and write a gzip file",
+    "retry a network connection after a timeout",
+    "format a date and time as an ISO 8601 string",
+    "read_config_file",
+    "compute a cryptographic hash of a file",
+    "walk a directory tree recursively",
+    "thread pool executor submit future",
+]
+
+
+class SplitEmbedder:
+    """Random unit vectors for the build thread, MiniLM for queries (see the module docstring)."""
+
+    dim = 384
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.name = f"bench-split({model.name})"
+        self._rng = np.random.default_rng(7)
+        self._lock = threading.Lock()
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if threading.current_thread().name == "retrieval-index":
+            with self._lock:
+                v = self._rng.standard_normal((len(texts), self.dim)).astype(np.float32)
+            return v / np.linalg.norm(v, axis=1, keepdims=True)
+        return self.model.embed(texts)
+
+
+def bench_build_rate(model: Any, chunks_wanted: int) -> dict[str, float]:
+    from kernel.workspace import LocalWorkspace
+    from tools.search.retrieval import chunks as chunking
+    from tools.search.retrieval.index import RetrievalIndex
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    with tempfile.TemporaryDirectory() as tmp:
+        total = 0
+        for src in sorted(stdlib.glob("*.py")):
+            lines = chunking.split_lines(src.read_text(errors="replace"))
+            n = len(chunking.chunk_lines(lines))
+            if total + n > chunks_wanted:
+                continue
+            shutil.copy(src, Path(tmp) / src.name)
+            total += n
+            if total >= chunks_wanted:
+                break
+        index = RetrievalIndex(LocalWorkspace(tmp), model)
+        t0 = time.perf_counter()
+        index.start()
+        assert index.wait_ready(3600), index.status()
+        dt = time.perf_counter() - t0
+        st = index.status()
+        index.close()
+    return {
+        "chunks": st["indexed_chunks"],
+        "files": st["indexed_files"],
+        "seconds": dt,
+        "rate": st["indexed_chunks"] / dt,
+    }
+
+
+async def bench_queries(model: Any, full: bool, n_queries: int) -> dict[str, Any]:
+    from kernel.testing import make_context
+    from kernel.workspace import LocalWorkspace
+    from tools.search.retrieval import close_retrieval, run_retrieval_mode, start_retrieval
+    from tools.search.tool import build_search_tool
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    ws = LocalWorkspace(stdlib, writable=False)
+    embedder = model if full else SplitEmbedder(model)
+    services = {
+        "retrieval_embedder": embedder,
+        "retrieval_config": {
+            "caps": {
+                "max_vectors": TARGET_CHUNKS,
+                "max_files": 100_000,
+                "max_total_bytes": 1 << 30,
+                "max_memory_bytes": 1 << 30,
+            }
+        },
+    }
+    state: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    index = start_retrieval(state, ws, services)
+    assert index.wait_ready(36_000), index.status()
+    build_s = time.perf_counter() - t0
+    st = index.status()
+
+    spec = build_search_tool(("search", "read"), True, {})
+    assert spec is not None
+    out: dict[str, Any] = {"index": st, "build_s": build_s}
+    ctx = make_context(ws, session_state=state, services=services, timeout_s=600)
+    for mode in ("semantic", "hybrid"):
+        times = []
+        for q in (QUERIES * 4)[:n_queries]:
+            params = spec.validate({"mode": "bm25", "query": q}).model_copy(update={"mode": mode})
+            t = time.perf_counter()
+            res = await run_retrieval_mode(ctx, mode, params)
+            times.append(time.perf_counter() - t)
+            assert res.exit_code == 0 and res.metadata["returned_results"] > 0, res.output
+        out[mode] = times
+    qvecs = model.embed(QUERIES)
+    t = time.perf_counter()
+    for q in qvecs:
+        index.search(q, 40)
+    out["cosine_ms"] = (time.perf_counter() - t) / len(qvecs) * 1000
+    t = time.perf_counter()
+    model.embed(["walk a directory tree recursively"])
+    out["query_embed_ms"] = (time.perf_counter() - t) * 1000
+    close_retrieval(state)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build-chunks", type=int, default=192)
+    ap.add_argument("--queries", type=int, default=8)
+    ap.add_argument("--full", action="store_true", help="embed all 10 000 chunks with MiniLM (minutes)")
+    args = ap.parse_args()
+
+    from tools.search.retrieval import embed_minilm
+
+    if not embed_minilm.available():
+        raise SystemExit("MiniLM weights missing; " + embed_minilm.INSTALL_HINT)
+    model = embed_minilm.MiniLMEmbedder()
+    model.embed(["warm up"])  # load the weights outside the timings
+
+    print("== Workspace Retrieval: semantic index (all-MiniLM-L6-v2, numpy forward pass) ==")
+    b = bench_build_rate(model, args.build_chunks)
+    print(
+        f"build rate (MiniLM, end to end): {b['rate']:.1f} chunks/s "
+        f"({b['chunks']} chunks in {b['files']} stdlib files, {b['seconds']:.1f} s)"
+    )
+    r = asyncio.run(bench_queries(model, args.full, args.queries))
+    st = r["index"]
+    how = "MiniLM" if args.full else "random unit vectors; queries embedded with MiniLM"
+    print(
+        f"10k index over the stdlib: {st['indexed_chunks']} chunks in {st['indexed_files']} files "
+        f"built in {r['build_s']:.1f} s ({how}); {st['indexed_chunks'] / r['build_s']:.0f} chunks/s; "
+        f"memory {st['usage']['memory_bytes'] / 2**20:.1f} MiB; skipped {st['skipped']}"
+    )
+    for mode in ("semantic", "hybrid"):
+        times = r[mode]
+        print(
+            f"{mode} query latency at {st['indexed_chunks']} chunks (mode runner, warm): "
+            f"median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms over {len(times)} queries"
+        )
+    print(
+        f"  of which: MiniLM query embedding {r['query_embed_ms']:.0f} ms; exact cosine top-40 over the matrix {r['cosine_ms']:.2f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""Fan-out over real workers (SPEC F-1, X-3, F-5): the same calls as the embedded run, the same results;
+cancellation reaches the jobs; ``a3s-fleet status`` sees workers, queues and runs."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from config.settings import Settings
+from orchestrator import Agent
+from orchestrator.dispatch import CeleryRunner
+from orchestrator.fanout import Branch
+
+from .conftest import BIN, EXTRA_TOOLS, ROOT, FleetEnv, WorkerProcess
+
+pytestmark = pytest.mark.fleet
+
+
+def _branches() -> list[Branch]:
+    out: list[Branch] = []
+    for i in range(32):
+        kind = i % 4
+        if kind == 0:
+            out.append(Branch("read", {"file_path": "notes.txt", "offset": 1 + i * 7, "limit": 5}, f"notes page {i}"))
+        elif kind == 1:
+            out.append(Branch("ls", {"path": "src" if i % 8 == 1 else ""}, f"list {i}"))
+        elif kind == 2:
+            out.append(Branch("read", {"file_path": "README.md"}, f"readme {i}"))
+        else:
+            out.append(Branch("read", {"file_path": f"missing-{i}.txt"}, f"missing {i}"))  # a typed failure
+    return out
+
+
+def test_f1_32_branch_fanout_on_workers_equals_the_embedded_run(
+    fleet: FleetEnv, shared_workers: list[WorkerProcess], workspace: Path
+) -> None:
+    """F-1: the same session calls, embedded vs. as Celery jobs on two real workers: same results."""
+    branches = _branches()
+    with Agent(Settings(extra_tools=EXTRA_TOOLS)) as agent:
+        embedded = agent.session(workspace).fan_out(branches, allow_partial_failure=True)
+    with Agent(fleet.settings()) as agent:
+        session = agent.session(workspace)
+        assert isinstance(session.runner, CeleryRunner)
+        t0 = time.monotonic()
+        fleet_run = session.fan_out(branches, allow_partial_failure=True, timeout_ms=60_000)
+        elapsed = time.monotonic() - t0
+    assert elapsed < 20
+    assert len(fleet_run.outcomes) == len(embedded.outcomes) == 32
+    assert fleet_run.succeeded == embedded.succeeded == 24
+    workers_seen = set()
+    for mine, theirs in zip(fleet_run.outcomes, embedded.outcomes, strict=True):
+        assert mine.result is not None and theirs.result is not None
+        assert (mine.status, mine.result.output, mine.result.exit_code) == (theirs.status, theirs.result.output, theirs.result.exit_code)
+        assert (mine.result.error_kind or {}).get("type") == (theirs.result.error_kind or {}).get("type")
+        assert "a3s_fleet" not in theirs.result.metadata
+        workers_seen.add(mine.result.metadata["a3s_fleet"]["worker"])
+    assert workers_seen <= {w.name for w in shared_workers} and workers_seen
+
+
+def test_f1_cancelled_fanout_stops_running_and_queued_jobs(
+    fleet: FleetEnv, shared_workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    """X-3/K-6: a fan-out that times out cancels its branches: the running jobs stop before their side
+    effect (cancel flag, polled by the job) and queued ones never start (flag + revoke)."""
+    branches = [Branch("append_once", {"path": "ledger.txt", "key": f"k{i}", "delay_ms": 3_000}, f"slow {i}") for i in range(8)]
+    with Agent(fleet.settings()) as agent:
+        session = agent.session(tmp_path)
+        t0 = time.monotonic()
+        result = session.fan_out(branches, timeout_ms=700)
+        settled = time.monotonic() - t0
+    assert result.status == "failed"
+    assert {o.status for o in result.outcomes} == {"timed_out"}
+    assert settled < 5
+    time.sleep(2.5)  # past the point where an uncancelled job would have appended
+    ledger = tmp_path / "ledger.txt"
+    assert not ledger.exists() or ledger.read_text() == ""
+
+
+def test_f5_status_lists_workers_queue_and_the_running_run(
+    fleet: FleetEnv, shared_workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    """F-5 / operations: `a3s-fleet status --json` shows live workers, the queue and a run in flight."""
+    branches = [Branch("nap", {"ms": 4_000, "tag": str(i)}, f"nap {i}") for i in range(4)]
+    with Agent(fleet.settings()) as agent, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        session = agent.session(tmp_path)
+        pending = pool.submit(session.fan_out, branches, run_id="status-run-1", timeout_ms=30_000)
+        time.sleep(0.8)
+        out = subprocess.run(
+            [str(BIN / "a3s-fleet"), "status", "--json", "--timeout", "2"],
+            env=fleet.env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        text = subprocess.run(
+            [str(BIN / "a3s-fleet"), "status"], env=fleet.env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+        assert pending.result(timeout=30).status == "complete"
+    status = json.loads(out.stdout)
+    names = {w["name"] for w in status["workers"]}
+    assert {w.name for w in shared_workers} <= names
+    assert fleet.queue in status["queues"]
+    run = next(r for r in status["runs"] if r["run_id"] == "status-run-1")
+    assert run["total"] == 4 and not run["stale"]
+    active = [job for w in status["workers"] for job in w["active"]]
+    assert any("status-run-1" in (job["name"] or "") for job in active)
+    assert "status-run-1" in text and fleet.queue in text

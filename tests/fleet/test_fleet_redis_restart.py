@@ -1,0 +1,108 @@
+"""Redis restarted during a run (SPEC F-1, K-8): every branch completes or fails with a clear typed
+``transport`` error naming Redis — never a silent loss, never a hang.
+
+The test starts a private ``redis-server`` (no persistence) on a free port so restarting it cannot
+disturb other tests; a worker and the orchestrator both use it as broker, result backend and state.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from orchestrator import Agent
+from orchestrator.fanout import Branch
+
+from .conftest import FleetEnv, WorkerFactory, free_port
+
+pytestmark = pytest.mark.fleet
+
+
+class RedisServer:
+    def __init__(self, port: int, workdir: Path) -> None:
+        self.port = port
+        self.workdir = workdir
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        args += ["--dir", str(self.workdir)]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(port=self.port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        client.close()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+
+
+@pytest.fixture()
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    try:
+        subprocess.run(["redis-server", "--version"], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"redis-server is not available: {exc}")
+    server = RedisServer(free_port(), tmp_path)
+    server.start()
+    yield server
+    with contextlib.suppress(Exception):
+        server.stop()
+
+
+def test_f1_redis_restart_mid_run_gives_a_clear_error_or_completes(
+    fleet: FleetEnv, spawn_worker: WorkerFactory, private_redis: RedisServer, tmp_path: Path
+) -> None:
+    env = FleetEnv(f"redis://127.0.0.1:{private_redis.port}/0", fleet.queue)
+    spawn_worker(env, "survivor", pool="threads", concurrency=2)
+    branches = [Branch("nap", {"ms": 1_200, "tag": str(i)}, f"nap {i}") for i in range(6)]
+    with Agent(env.settings()) as agent, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        session = agent.session(tmp_path)
+        t0 = time.monotonic()
+        pending = pool.submit(session.fan_out, branches, allow_partial_failure=True, timeout_ms=120_000)
+        time.sleep(0.6)  # two jobs are running, four are queued
+        private_redis.stop()
+        time.sleep(0.5)
+        private_redis.start()  # empty: the queue, the unacked jobs and the run's keys are gone
+        result = pending.result(timeout=60)
+        elapsed = time.monotonic() - t0
+        # The fleet recovers: the worker reconnects to the new server and the next run completes.
+        t1 = time.monotonic()
+        again = session.fan_out([Branch("nap", {"ms": 10}, "after the restart")], timeout_ms=60_000)
+        recovered_in = time.monotonic() - t1
+    assert elapsed < 40
+    assert len(result.outcomes) == 6
+    failed = []
+    for outcome in result.outcomes:
+        assert outcome.result is not None, outcome  # no branch ends without an answer
+        if outcome.status == "succeeded":
+            assert outcome.result.output.startswith("napped 1200ms")
+            continue
+        assert outcome.status == "failed"
+        kind = outcome.result.error_kind or {}
+        assert kind.get("type") == "transport" and kind.get("op") == "redis", outcome.result.to_json()
+        assert "redis" in outcome.result.output
+        failed.append(outcome.index)
+    assert failed  # the queued jobs were lost with Redis's memory: that must be said, not hidden
+    assert result.status == "partial" or result.status == "failed"
+    assert again.status == "complete" and recovered_in < 30

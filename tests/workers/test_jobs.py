@@ -1,0 +1,134 @@
+"""Job functions without a Celery worker (SPEC K-1, K-8, F-3): ``run_job`` on a real Redis (DB 9).
+
+The envelope decides nothing it may not decide: only ``host_direct``/``agent`` origins, plain JSON;
+errors come back as typed data and still reach the run's result list; the poison guard and the
+cancel flag stop a job before it runs; an idempotency key makes a second delivery recover the first
+one's result instead of running the tool again.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from config.settings import Settings
+from kernel.policy import PermissionPolicy
+from kernel.options import SessionOptions
+from orchestrator import Agent
+from workers.jobs import Delivery, run_job
+from workers.protocol import FleetKeys
+from workers.runtime import WorkerRuntime
+
+pytestmark = pytest.mark.fleet
+
+URL = "redis://127.0.0.1:6379/9"
+TOOLS = "tests.fleet.fixture_tools"
+
+
+@pytest.fixture(scope="module")
+def rt() -> Iterator[WorkerRuntime]:
+    try:
+        redis.Redis.from_url(URL).ping()
+    except redis.ConnectionError as exc:
+        pytest.skip(f"needs Redis on {URL}: {exc}")
+    runtime = WorkerRuntime(Settings(broker_url=URL, extra_tools=TOOLS, max_deliveries=2))
+    yield runtime
+    runtime.agent.close()
+
+
+@pytest.fixture()
+def run_id(rt: WorkerRuntime) -> Iterator[str]:
+    rid = f"jobtest-{uuid.uuid4().hex[:8]}"
+    rt.client.hset(FleetKeys().run(rid), mapping={"run_id": rid, "done": 0})
+    yield rid
+    rt.client.delete(FleetKeys().run(rid), FleetKeys().results(rid))
+
+
+def _snapshot(workspace: Path, options: SessionOptions | None = None) -> dict:
+    with Agent(Settings(extra_tools=TOOLS)) as agent:
+        return agent.session(workspace, options).snapshot()
+
+
+def _envelope(workspace: Path, run_id: str, **over: object) -> dict:
+    env = {"snapshot": _snapshot(workspace), "tool": "read", "args": {"file_path": "README.md"}, "run_id": run_id, "branch_index": 0}
+    env.update(over)
+    return env
+
+
+def _published(rt: WorkerRuntime, run_id: str) -> list[dict]:
+    return [json.loads(x) for x in rt.client.lrange(FleetKeys().results(run_id), 0, -1)]
+
+
+def test_f1_job_restores_the_session_and_returns_the_projected_result_as_json(rt: WorkerRuntime, run_id: str, workspace: Path) -> None:
+    data = run_job(_envelope(workspace, run_id), Delivery(str(uuid.uuid4())), rt)
+    assert data["exit_code"] == 0 and "hello world" in data["output"]
+    assert "a3s_tool_result_evidence" in data["metadata"]
+    json.dumps(data)  # plain JSON all the way
+    [item] = _published(rt, run_id)
+    assert item["index"] == 0 and item["result"] == data
+
+
+@pytest.mark.parametrize("origin", ["trusted_host_nested", "governed_nested", "root"])
+def test_k1_a_message_cannot_choose_a_nested_or_unknown_origin(rt: WorkerRuntime, run_id: str, workspace: Path, origin: str) -> None:
+    data = run_job(_envelope(workspace, run_id, origin=origin), Delivery(str(uuid.uuid4())), rt)
+    assert data["exit_code"] == 1 and data["error_kind"]["type"] == "invalid_argument"
+    assert data["error_kind"]["path"] == "origin" and "host_direct" in data["output"]
+    assert _published(rt, run_id)[0]["result"] == data  # the run is answered, not left waiting
+
+
+def test_k1_agent_origin_from_a_message_still_meets_the_snapshot_permission_policy(
+    rt: WorkerRuntime, run_id: str, workspace: Path
+) -> None:
+    snapshot = _snapshot(workspace, SessionOptions(permission_policy=PermissionPolicy(deny=("read",))))
+    env = _envelope(workspace, run_id, origin="agent", snapshot=snapshot)
+    denied = run_job(env, Delivery(str(uuid.uuid4())), rt)
+    assert denied["error_kind"]["type"] == "permission_denied"
+    trusted = run_job({**env, "origin": "host_direct", "branch_index": 1}, Delivery(str(uuid.uuid4())), rt)
+    assert trusted["exit_code"] == 0
+
+
+def test_k8_unknown_envelope_fields_and_broken_snapshots_are_typed_failures(rt: WorkerRuntime, run_id: str, workspace: Path) -> None:
+    extra = run_job({**_envelope(workspace, run_id), "pickle": "x"}, Delivery(str(uuid.uuid4())), rt)
+    assert extra["error_kind"]["type"] == "invalid_argument" and extra["error_kind"]["path"] == "pickle"
+    broken = run_job(_envelope(workspace, run_id, snapshot={"schema": "nope"}, branch_index=1), Delivery(str(uuid.uuid4())), rt)
+    assert broken["error_kind"]["type"] == "invalid_argument" and "snapshot" in broken["output"]
+    assert len(_published(rt, run_id)) == 2
+
+
+def test_k8_delivery_beyond_max_deliveries_returns_poison_failure_without_running(rt: WorkerRuntime, run_id: str, workspace: Path) -> None:
+    task_id = str(uuid.uuid4())
+    rt.client.set(FleetKeys().deliveries(task_id), 2)  # two earlier deliveries died with their worker
+    env = _envelope(workspace, run_id, tool="append_once", args={"path": "side.txt", "key": "k"})
+    data = run_job(env, Delivery(task_id, redelivered=True), rt)
+    assert data["error_kind"] == {"type": "cancelled", "op": "a3s.tool", "reason": "poison_job", "deliveries": 2, "max_deliveries": 2}
+    assert not (workspace / "side.txt").exists()
+
+
+def test_x3_cancelled_branch_does_not_start(rt: WorkerRuntime, run_id: str, workspace: Path) -> None:
+    task_id = str(uuid.uuid4())
+    rt.client.set(FleetKeys().cancel(task_id), 1, ex=60)
+    env = _envelope(workspace, run_id, tool="append_once", args={"path": "side.txt", "key": "k"})
+    data = run_job(env, Delivery(task_id), rt)
+    assert data["error_kind"]["type"] == "cancelled"
+    assert not (workspace / "side.txt").exists()
+
+
+def test_f3_second_delivery_with_the_same_idempotency_key_recovers_instead_of_rerunning(
+    rt: WorkerRuntime, run_id: str, workspace: Path
+) -> None:
+    env = _envelope(workspace, run_id, tool="append_once", args={"path": "side.txt", "key": "k"}, idempotency_key=f"{run_id}:0")
+    task_id = str(uuid.uuid4())
+    first = run_job(env, Delivery(task_id), rt)
+    (workspace / "side.txt").write_text("")  # were the tool to run again, it would append again
+    second = run_job(env, Delivery(task_id, redelivered=True), rt)
+    assert first["output"] == second["output"] == "k appended"
+    assert second["metadata"]["a3s_fleet"]["recovered_attempt"] == 1
+    assert (workspace / "side.txt").read_text() == ""
+    # Same key, other arguments: never a cross-query recovery (F-3).
+    other = run_job({**env, "args": {"path": "side.txt", "key": "j"}}, Delivery(str(uuid.uuid4())), rt)
+    assert other["output"] == "j appended"

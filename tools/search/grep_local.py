@@ -1,0 +1,141 @@
+"""The local fast path of the pure-Python grep engine: ``os.scandir`` walk and ``os.open`` reads.
+
+Used when the workspace is local (it has a ``root``); the protocol path (``ignore.walk`` +
+``Workspace.read_bytes``) stays for every other workspace. Same answers as the protocol path:
+
+- the walk applies the same ``IgnoreRules`` (loaded through the workspace, so ignore files are
+  read exactly as before) and the same entry policy: symlinks, special files and ``.git``/``.a3s``
+  are never entered or read; an unreadable directory below the base is skipped silently; the base
+  itself is listed through ``Workspace.list_dir`` so its errors are the protocol's errors;
+- a directory whose chain of ignore files (itself and every directory above it up to the root) is
+  empty decides hidden-ness by name alone, without asking ``IgnoreRules`` per entry;
+- files are opened by their physical path under the already-resolved root with ``O_NOFOLLOW``
+  (the walk never crossed a symlink, so nothing it found points outside; a file swapped for a
+  symlink or a special file since the walk is an unreadable file, never followed) and
+  ``O_NONBLOCK`` (a FIFO swapped in never blocks the scan);
+- a file whose first block holds a NUL byte (and has no UTF-16 BOM) is binary: the rest of it is
+  never read.
+"""
+
+from __future__ import annotations
+
+import os
+import stat as stat_mod
+from collections.abc import Callable
+
+from kernel.workspace import Workspace
+from tools.search.ignore import NEVER_SEARCHED, IgnoreRules
+
+HEAD_BYTES = 64 * 1024  # first read; ripgrep's binary-detection buffer is the same size
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def is_local(ws: Workspace) -> bool:
+    return ws.root is not None and "local" in ws.capabilities
+
+
+def walk_local(ws: Workspace, base: str, rules: IgnoreRules, should_stop: Callable[[], bool]) -> list[str]:
+    """Workspace-relative paths of every visible regular file under directory ``base`` (walk order)."""
+    assert ws.root is not None
+    root = os.fspath(ws.root)
+    first = ws.list_dir(base)
+    names = {e.name for e in first}
+    own = rules.rules_for(base, names)
+    # Directories above the base are consulted too (IgnoreRules.decide walks up to the root).
+    active = bool(own.kinds) or _ancestors_have_rules(rules, base)
+    out: list[str] = []
+    pending: list[tuple[str, bool]] = []
+    for e in first:
+        if e.kind == "dir":
+            if not _skipped(rules, active, e.path, e.name, True):
+                pending.append((e.path, active))
+        elif e.kind == "file" and not _skipped(rules, active, e.path, e.name, False):
+            out.append(e.path)
+    while pending:
+        if should_stop():
+            return out
+        directory, parent_active = pending.pop()
+        try:
+            with os.scandir(f"{root}/{directory}") as it:
+                listing = _kinds(it)
+        except OSError:
+            continue  # as the protocol walk: an unreadable directory below the base is skipped
+        own = rules.rules_for(directory, {name for name, _ in listing})
+        active = parent_active or bool(own.kinds)
+        for name, kind in listing:
+            if kind == "other":
+                continue
+            path = f"{directory}/{name}"
+            if _skipped(rules, active, path, name, kind == "dir"):
+                continue
+            if kind == "dir":
+                pending.append((path, active))
+            else:
+                out.append(path)
+    return out
+
+
+def _kinds(it: os._ScandirIterator[str]) -> list[tuple[str, str]]:
+    """(name, 'dir' | 'file' | 'other') of every entry, without following symlinks.
+
+    Every name is kept (a ``.git`` file or a symlinked ``.gitignore`` matters to ``IgnoreRules``);
+    an entry that vanished while being typed is dropped.
+    """
+    out: list[tuple[str, str]] = []
+    for de in it:
+        try:
+            if de.is_dir(follow_symlinks=False):
+                kind = "dir"
+            elif de.is_file(follow_symlinks=False):
+                kind = "file"
+            else:
+                kind = "other"  # symlink, FIFO, socket, device: never searched
+        except OSError:
+            continue
+        out.append((de.name, kind))
+    return out
+
+
+def _ancestors_have_rules(rules: IgnoreRules, base: str) -> bool:
+    d = base
+    while d:
+        d = d.rsplit("/", 1)[0] if "/" in d else ""
+        if rules.rules_for(d).kinds:
+            return True
+    return False
+
+
+def _skipped(rules: IgnoreRules, active: bool, path: str, name: str, is_dir: bool) -> bool:
+    if active:
+        return rules.skipped(path, is_dir)
+    # No ignore file applies anywhere on this chain: IgnoreRules.skipped reduces to this.
+    return name in NEVER_SEARCHED or name.startswith(".")
+
+
+def read_local(root: str, path: str) -> bytes | None:
+    """The bytes of ``root/path``, or None when its first block shows it is binary (NUL, no UTF-16 BOM).
+
+    Raises OSError for a file that cannot be read (including one that is no longer a regular file).
+    """
+    fd = os.open(f"{root}/{path}", _OPEN_FLAGS)
+    try:
+        st = os.fstat(fd)
+        if not stat_mod.S_ISREG(st.st_mode):
+            raise IsADirectoryError(f"{path} is not a regular file")
+        head = os.read(fd, HEAD_BYTES)
+        if b"\x00" in head and head[:2] not in UTF16_BOMS:
+            return None
+        if len(head) < HEAD_BYTES:
+            return head
+        parts = [head]
+        want = max(st.st_size - HEAD_BYTES + 1, HEAD_BYTES)
+        while True:
+            chunk = os.read(fd, want)
+            if not chunk:
+                break
+            parts.append(chunk)
+            want = HEAD_BYTES
+        return b"".join(parts)
+    finally:
+        os.close(fd)
