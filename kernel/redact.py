@@ -17,35 +17,39 @@ class SecretRedactor(Protocol):
     def redact(self, text: str) -> str: ...
 
 
-_PATTERNS = [
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
-    r"\bAKIA[0-9A-Z]{16}\b",
-    r"\bgh[pousr]_[A-Za-z0-9]{36,}\b",
-    r"\bgithub_pat_[A-Za-z0-9_]{22,}\b",
-    r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_\-]{20,}\b",
-    r"\bxox[baprs]-[A-Za-z0-9\-]{10,}\b",
-    r"\bAIza[0-9A-Za-z_\-]{35}\b",
-    r"\b((?i:authorization):\s*(?i:bearer)\s+)[A-Za-z0-9._\-]{16,}",
+# (marker, pattern): a pattern runs only when its literal marker occurs, so ordinary output costs a
+# few substring scans rather than a full regex pass (the kernel redacts every result).
+_PATTERNS: list[tuple[str | None, str]] = [
+    ("PRIVATE KEY", r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"),
+    ("AKIA", r"\bAKIA[0-9A-Z]{16}\b"),
+    ("gh", r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"),
+    ("github_pat_", r"\bgithub_pat_[A-Za-z0-9_]{22,}\b"),
+    ("sk-", r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_\-]{20,}\b"),
+    ("xox", r"\bxox[baprs]-[A-Za-z0-9\-]{10,}\b"),
+    ("AIza", r"\bAIza[0-9A-Za-z_\-]{35}\b"),
+    (None, r"\b((?i:authorization):\s*(?i:bearer)\s+)[A-Za-z0-9._\-]{16,}"),
 ]
-# Cheap pre-check: only run the full regex when a marker substring is present.
-_MARKERS = ("PRIVATE KEY", "AKIA", "gh", "github_pat_", "sk-", "xox", "AIza", "earer")
+_GH_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")
 
 
 class DefaultSecretRedactor:
     def __init__(self, extra_patterns: list[str] | None = None) -> None:
-        self._re = re.compile("|".join(f"(?:{p})" for p in [*_PATTERNS, *(extra_patterns or [])]))
-        self._extra = bool(extra_patterns)
+        self._rules = [(marker, re.compile(p)) for marker, p in _PATTERNS]
+        self._rules += [(None, re.compile(p)) for p in extra_patterns or []]
 
     def redact(self, text: str) -> str:
-        if not self._extra and not any(m in text for m in _MARKERS):
-            return text
-        return self._re.sub(_replace, text)
+        for marker, pattern in self._rules:
+            if marker == "gh":
+                if not any(prefix in text for prefix in _GH_PREFIXES):
+                    continue
+            elif marker is not None and marker not in text:
+                continue
+            text = pattern.sub(_replace, text)
+        return text
 
 
 def _replace(m: re.Match[str]) -> str:
-    prefix = (
-        m.group(1) if m.lastindex and m.group(1) and m.group(1).lower().startswith("authorization") else ""
-    )
+    prefix = m.group(1) if m.re.groups and m.group(1) else ""
     return prefix + REDACTED
 
 

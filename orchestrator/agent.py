@@ -66,7 +66,9 @@ def extra_tools(modules: str) -> list[ToolSpec]:
             raise InvalidArgument(f"extra_tools: cannot import {name!r}: {exc}") from exc
         found = getattr(module, "TOOLS", None) or [getattr(module, "TOOL", None)]
         if not all(isinstance(spec, ToolSpec) for spec in found):
-            raise InvalidArgument(f"extra_tools: {name!r} exposes neither TOOLS (a list of ToolSpec) nor TOOL")
+            raise InvalidArgument(
+                f"extra_tools: {name!r} exposes neither TOOLS (a list of ToolSpec) nor TOOL"
+            )
         specs.extend(found)
     return specs
 
@@ -172,7 +174,9 @@ class Agent:
         if not self.settings.embedded:
             from orchestrator.dispatch import CeleryRunner
 
-            session.runner = CeleryRunner(self.fleet_app(), session.snapshot, self.settings, session_id=session.id)
+            session.runner = CeleryRunner(
+                self.fleet_app(), session.snapshot, self.settings, session_id=session.id
+            )
         self._sessions.append(session)
         return session
 

@@ -52,12 +52,16 @@ def worker_argv(
 
 @click.command("worker")
 @click.option("--broker", default=None, help="Redis URL of the broker (default: A3S_BROKER_URL).")
-@click.option("--concurrency", "-c", type=click.IntRange(1, 256), default=DEFAULT_CONCURRENCY, show_default=True)
+@click.option(
+    "--concurrency", "-c", type=click.IntRange(1, 256), default=DEFAULT_CONCURRENCY, show_default=True
+)
 @click.option("--pool", "-P", type=click.Choice(POOLS), default="prefork", show_default=True)
 @click.option("--queues", "-Q", default=None, help="Comma-separated queues (default: A3S_QUEUE).")
 @click.option("--hostname", "-n", default=None, help="Worker node name (default: celery@<host>).")
 @click.option("--loglevel", "-l", default="INFO", show_default=True)
-def worker_cmd(broker: str | None, concurrency: int, pool: str, queues: str | None, hostname: str | None, loglevel: str) -> None:
+def worker_cmd(
+    broker: str | None, concurrency: int, pool: str, queues: str | None, hostname: str | None, loglevel: str
+) -> None:
     """Run a fleet worker: `celery worker` with the fleet's app, queue and settings."""
     env = dict(os.environ)
     if broker:
@@ -72,7 +76,11 @@ def worker_cmd(broker: str | None, concurrency: int, pool: str, queues: str | No
         env["CELERY_CUSTOM_WORKER_POOL"] = THREADS_POOL
         pool = "custom"
     argv = worker_argv(
-        concurrency=concurrency, pool=pool, queues=queues or settings.queue, hostname=hostname, loglevel=loglevel
+        concurrency=concurrency,
+        pool=pool,
+        queues=queues or settings.queue,
+        hostname=hostname,
+        loglevel=loglevel,
     )
     sys.stdout.flush()
     os.execve(argv[0], argv, env)
@@ -130,13 +138,24 @@ def collect_status(settings: Settings, timeout_s: float = STATUS_TIMEOUT_S) -> d
         {
             "name": name,
             "active": [
-                {"id": job.get("id"), "name": job.get("name"), "kwargs": job.get("kwargs"), "worker_pid": job.get("worker_pid")}
+                {
+                    "id": job.get("id"),
+                    "name": job.get("name"),
+                    "kwargs": job.get("kwargs"),
+                    "worker_pid": job.get("worker_pid"),
+                }
                 for job in active.get(name, [])
             ],
         }
         for name in sorted(active)
     ]
-    return {"broker": _redact(broker_url(settings)), "workers": workers, "queues": queues, "unacked": unacked, "runs": runs}
+    return {
+        "broker": _redact(broker_url(settings)),
+        "workers": workers,
+        "queues": queues,
+        "unacked": unacked,
+        "runs": runs,
+    }
 
 
 def _redact(url: str) -> str:
@@ -149,7 +168,9 @@ def _redact(url: str) -> str:
 @click.command("status")
 @click.option("--broker", default=None, help="Redis URL of the broker (default: A3S_BROKER_URL).")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as one JSON object.")
-@click.option("--timeout", type=float, default=STATUS_TIMEOUT_S, show_default=True, help="Seconds to wait for workers.")
+@click.option(
+    "--timeout", type=float, default=STATUS_TIMEOUT_S, show_default=True, help="Seconds to wait for workers."
+)
 def status_cmd(broker: str | None, as_json: bool, timeout: float) -> None:
     """Show the fleet: workers, queue lengths, running runs."""
     from kernel.errors import ToolError
@@ -177,7 +198,9 @@ def status_cmd(broker: str | None, as_json: bool, timeout: float) -> None:
     for run in status["runs"]:
         age = (now - run["started_ms"]) / 1000
         stale = "  (stale: its orchestrator stopped reporting)" if run["stale"] else ""
-        click.echo(f"  {run['run_id']}  {run['done']}/{run['total']} done  {age:.1f}s  from {run['host']}{stale}")
+        click.echo(
+            f"  {run['run_id']}  {run['done']}/{run['total']} done  {age:.1f}s  from {run['host']}{stale}"
+        )
 
 
 def register(main: click.Group) -> None:
@@ -188,4 +211,3 @@ def register(main: click.Group) -> None:
     except ImportError:
         return
     cli_verify.register(main)
-

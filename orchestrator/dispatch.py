@@ -222,7 +222,11 @@ class CeleryRunner:
             await asyncio.to_thread(self._publish, messages)
             await self._client().hincrby(self.keys.run(run.run_id), "total", len(batch))
         except Exception as exc:  # kombu raises its own OperationalError, redis its ConnectionError
-            err = exc if isinstance(exc, ToolError) else Transport(f"fleet: cannot publish jobs: {exc}", op="broker")
+            err = (
+                exc
+                if isinstance(exc, ToolError)
+                else Transport(f"fleet: cannot publish jobs: {exc}", op="broker")
+            )
             for index, _ in batch:
                 fut = run.futures.get(index)
                 if fut is not None and not fut.done():
@@ -239,7 +243,12 @@ class CeleryRunner:
             idempotency_key=f"{run.run_id}:{index}" if self.idempotent else None,
             origin=self.origin,
         ).model_dump(mode="json")
-        label = {"run_id": run.run_id, "branch_index": index, "description": branch.description[:120], "tool": branch.tool}
+        label = {
+            "run_id": run.run_id,
+            "branch_index": index,
+            "description": branch.description[:120],
+            "tool": branch.tool,
+        }
         return {
             "task_id": run.task_ids[index],
             "kwargs": {"envelope": envelope},
@@ -294,7 +303,9 @@ class CeleryRunner:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug here must not leave branches waiting forever
-            self._fail_pending(run, Transport(f"fleet: result reader failed: {type(exc).__name__}: {exc}", op="redis"))
+            self._fail_pending(
+                run, Transport(f"fleet: result reader failed: {type(exc).__name__}: {exc}", op="redis")
+            )
             raise
 
     async def _pop(self, r: aioredis.Redis, key: str) -> list[dict[str, Any]]:
@@ -320,8 +331,16 @@ class CeleryRunner:
                     if meta and meta.get("status") == "SUCCESS":
                         got.append({"index": i, "task_id": tid, "result": meta["result"]})
                     elif meta and meta.get("status") in ("FAILURE", "REVOKED"):
-                        err = Transport(f"fleet: job {tid} ended {meta['status']}: {meta.get('result')}", op="worker")
-                        got.append({"index": i, "task_id": tid, "result": ToolResult.failure(TOOL_TASK, err).to_json()})
+                        err = Transport(
+                            f"fleet: job {tid} ended {meta['status']}: {meta.get('result')}", op="worker"
+                        )
+                        got.append(
+                            {
+                                "index": i,
+                                "task_id": tid,
+                                "result": ToolResult.failure(TOOL_TASK, err).to_json(),
+                            }
+                        )
                 if got:
                     return got
             await asyncio.sleep(POLL_INTERVAL_S)
@@ -365,7 +384,11 @@ class CeleryRunner:
             await self._check_state(run)
             return
         self._fail_pending(
-            run, Transport(f"fleet: redis unreachable for {OUTAGE_TOLERANCE_S:.0f}s during run {run.run_id}: {exc}", op="redis")
+            run,
+            Transport(
+                f"fleet: redis unreachable for {OUTAGE_TOLERANCE_S:.0f}s during run {run.run_id}: {exc}",
+                op="redis",
+            ),
         )
 
     def _fail_pending(self, run: _Run, err: ToolError) -> None:

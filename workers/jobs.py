@@ -6,7 +6,8 @@
    than ``host_direct``/``agent``, is a typed ``invalid_argument`` result, never a crash;
 2. count the delivery and read the cancel flag (``workers.poison``): a poison job or a cancelled
    branch returns a typed failure without running;
-3. with an idempotency key, claim the step ``(run_id, query digest, key)`` in the step store: a step
+3. with an idempotency key — unless the tool declares the call read-only and idempotent (K-5),
+   which has no effect to protect — claim the step ``(run_id, query digest, key)`` in the step store: a step
    another delivery completed is *recovered* (its stored result is returned, the tool does not run
    again); a step another live delivery holds is waited for; a claimed step runs and its result is
    stored (``complete``) before anything is acknowledged. A delivery that outlived its lease is
@@ -23,8 +24,9 @@ Every failure crosses as data: the kernel already turns tool errors into results
 
 from __future__ import annotations
 
-import concurrent.futures
+import asyncio
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +47,8 @@ MIN_STEP_LEASE_MS = 1_000
 MAX_STEP_LEASE_MS = 5_000
 LEASE_RENEWALS = 3  # renew when a third of the lease has passed
 BUSY_POLL_MAX_S = 0.5
+RESULT_REPR_CHARS = 200
+STOP_SETTLE_S = 1.0  # a cancelled kernel call gets this long to finish cancelling
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +68,16 @@ def step_lease_ms(settings: Settings) -> int:
 def register(app: Celery, settings: Settings) -> None:
     """Register the fleet's jobs on ``app`` only (``shared=False``: no other app inherits them)."""
 
-    @app.task(name=TOOL_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, shared=False)
+    # resultrepr_maxsize: Celery reprs the result into its log line and task-succeeded event (Flower);
+    # the full result travels on the run's result list, a short repr is enough there and cheaper.
+    @app.task(
+        name=TOOL_TASK,
+        bind=True,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        shared=False,
+        resultrepr_maxsize=RESULT_REPR_CHARS,
+    )
     def tool_job(self: Any, envelope: dict[str, Any]) -> dict[str, Any]:
         info = self.request.delivery_info or {}
         delivery = Delivery(self.request.id, bool(info.get("redelivered")), self.request.hostname or "")
@@ -82,9 +95,13 @@ def run_job(raw: Any, delivery: Delivery, rt: WorkerRuntime) -> dict[str, Any]:
         check = check_delivery(rt.client, rt.keys, delivery.task_id)
         deliveries = check.deliveries
         if is_poison(check, rt.settings.max_deliveries):
-            result = ToolResult.failure(env.tool, poison_error(delivery.task_id, deliveries, rt.settings.max_deliveries))
+            result = ToolResult.failure(
+                env.tool, poison_error(delivery.task_id, deliveries, rt.settings.max_deliveries)
+            )
         elif check.cancelled:
-            result = ToolResult.failure(env.tool, Cancelled(f"branch {env.branch_index} of {env.run_id} was cancelled", op=env.tool))
+            result = ToolResult.failure(
+                env.tool, Cancelled(f"branch {env.branch_index} of {env.run_id} was cancelled", op=env.tool)
+            )
         else:
             result = _execute(env, delivery, rt, started)
     except SoftTimeLimitExceeded:
@@ -92,9 +109,16 @@ def run_job(raw: Any, delivery: Delivery, rt: WorkerRuntime) -> dict[str, Any]:
     except ToolError as err:  # Redis trouble at the edges of the job (counter, step store)
         result = ToolResult.failure(env.tool, err)
     except Exception as exc:  # a bug or a broken store: still typed data for the caller
-        result = ToolResult.failure(env.tool, ToolError(f"worker fault: {type(exc).__name__}: {exc}", fault=type(exc).__name__))
+        result = ToolResult.failure(
+            env.tool, ToolError(f"worker fault: {type(exc).__name__}: {exc}", fault=type(exc).__name__)
+        )
     result.metadata.setdefault("a3s_fleet", {}).update(
-        {"task_id": delivery.task_id, "worker": delivery.worker, "delivery": deliveries, "redelivered": delivery.redelivered}
+        {
+            "task_id": delivery.task_id,
+            "worker": delivery.worker,
+            "delivery": deliveries,
+            "redelivered": delivery.redelivered,
+        }
     )
     data = result.to_json()
     rt.publish(env.run_id, env.branch_index, delivery.task_id, deliveries, data)
@@ -109,14 +133,18 @@ def _reject_envelope(raw: Any, delivery: Delivery, rt: WorkerRuntime, exc: Valid
     err = InvalidArgument(f"invalid job envelope at {where}: {first.get('msg')}{hint}", path=where)
     data = ToolResult.failure(tool, err).to_json()
     # Still answer the run if it can be named, so its fan-in does not wait for a job that never runs.
-    if isinstance(raw, dict) and isinstance(raw.get("run_id"), str) and isinstance(raw.get("branch_index"), int):
+    if (
+        isinstance(raw, dict)
+        and isinstance(raw.get("run_id"), str)
+        and isinstance(raw.get("branch_index"), int)
+    ):
         rt.publish(raw["run_id"], raw["branch_index"], delivery.task_id, 0, data)
     return data
 
 
 def _execute(env: JobEnvelope, delivery: Delivery, rt: WorkerRuntime, started: float) -> ToolResult:
     deadline = started + rt.settings.job_soft_time_limit_s
-    if env.idempotency_key is None:
+    if env.idempotency_key is None or _safe_to_repeat(env, rt):
         return _call(env, delivery, rt, deadline, None)
     key = StepKey(env.run_id, env.query_digest(), env.idempotency_key)
     lease = step_lease_ms(rt.settings)
@@ -141,37 +169,76 @@ def _execute(env: JobEnvelope, delivery: Delivery, rt: WorkerRuntime, started: f
     return result
 
 
+def _safe_to_repeat(env: JobEnvelope, rt: WorkerRuntime) -> bool:
+    """A read-only, idempotent call (K-5, declared by the tool for these arguments) has no effect to
+    protect: a second delivery simply runs it again, and the step store's two round trips are saved."""
+    try:
+        kernel = rt.session(env.snapshot).kernel
+    except ToolError:
+        return False  # _call reports the broken snapshot
+    caps = kernel.capabilities_of(kernel.registry.scoped(), env.tool, env.args)
+    return caps is not None and caps.read_only and caps.idempotent
+
+
 def _call(
-    env: JobEnvelope, delivery: Delivery, rt: WorkerRuntime, deadline: float, step: tuple[StepKey, int, int] | None
+    env: JobEnvelope,
+    delivery: Delivery,
+    rt: WorkerRuntime,
+    deadline: float,
+    step: tuple[StepKey, int, int] | None,
 ) -> ToolResult:
     try:
         session = rt.session(env.snapshot)
     except ToolError as err:
         return ToolResult.failure(env.tool, err)
     kernel = session.kernel
-    coro = kernel.invoke_host(env.tool, env.args) if env.origin == "host_direct" else kernel.invoke_agent(env.tool, env.args)
-    fut = rt.agent.loop.submit(coro)
+    coro = (
+        kernel.invoke_host(env.tool, env.args)
+        if env.origin == "host_direct"
+        else kernel.invoke_agent(env.tool, env.args)
+    )
+    return rt.drive(_supervise(coro, env, delivery, rt, deadline, step))
+
+
+async def _supervise(
+    coro: Coroutine[Any, Any, ToolResult],
+    env: JobEnvelope,
+    delivery: Delivery,
+    rt: WorkerRuntime,
+    deadline: float,
+    step: tuple[StepKey, int, int] | None,
+) -> ToolResult:
+    """Run the kernel call; every ``CANCEL_POLL_S`` look at the deadline and the cancel flag, and renew
+    the step lease when a third of it has passed. (The checks are short blocking Redis calls.)"""
+    task = asyncio.ensure_future(coro)
     t0 = time.monotonic()
     renew_at = t0 + (step[2] / 1000 / LEASE_RENEWALS if step else float("inf"))
     while True:
-        try:
-            return fut.result(timeout=max(0.0, min(CANCEL_POLL_S, deadline - time.monotonic())))
-        except concurrent.futures.TimeoutError:
-            pass
-        except concurrent.futures.CancelledError:
-            return ToolResult.failure(env.tool, Cancelled(f"Tool '{env.tool}' cancelled", op=env.tool))
+        await asyncio.wait([task], timeout=max(0.0, min(CANCEL_POLL_S, deadline - time.monotonic())))
+        if task.done():
+            if task.cancelled():
+                return ToolResult.failure(env.tool, Cancelled(f"Tool '{env.tool}' cancelled", op=env.tool))
+            return task.result()
         if time.monotonic() >= deadline:
-            fut.cancel()
+            await _stop(task)
             return _timed_out(env.tool, t0)
+        rt.events.flush()  # a long call's events reach its stream live, a poll period apart
         if _cancel_requested(rt, delivery.task_id):
-            fut.cancel()
-            return ToolResult.failure(env.tool, Cancelled(f"branch {env.branch_index} of {env.run_id} was cancelled", op=env.tool))
+            await _stop(task)
+            return ToolResult.failure(
+                env.tool, Cancelled(f"branch {env.branch_index} of {env.run_id} was cancelled", op=env.tool)
+            )
         if step is not None and time.monotonic() >= renew_at:
             try:
                 rt.steps.renew(step[0], step[1], lease_ms=step[2])
                 renew_at = time.monotonic() + step[2] / 1000 / LEASE_RENEWALS
             except Transport:
                 pass  # the next poll tries again; the lease outlives several polls
+
+
+async def _stop(task: asyncio.Future[ToolResult]) -> None:
+    task.cancel()
+    await asyncio.wait([task], timeout=STOP_SETTLE_S)
 
 
 def _cancel_requested(rt: WorkerRuntime, task_id: str) -> bool:
@@ -183,4 +250,7 @@ def _cancel_requested(rt: WorkerRuntime, task_id: str) -> bool:
 
 def _timed_out(tool: str, started: float, op: str | None = None) -> ToolResult:
     ms = int((time.monotonic() - started) * 1000)
-    return ToolResult.failure(tool, Timeout(f"job '{tool}' hit the fleet's soft time limit after {ms}ms", op=op or tool, duration_ms=ms))
+    return ToolResult.failure(
+        tool,
+        Timeout(f"job '{tool}' hit the fleet's soft time limit after {ms}ms", op=op or tool, duration_ms=ms),
+    )

@@ -56,7 +56,9 @@ class JobEnvelope(BaseModel):
     def query_digest(self) -> str:
         """Digest of *what* is asked (tool, args, origin): a step result is only recovered for the
         same query (F-3), so a reused idempotency key with other arguments never matches."""
-        body = json.dumps([self.tool, self.args, self.origin], sort_keys=True, separators=(",", ":"), default=str)
+        body = json.dumps(
+            [self.tool, self.args, self.origin], sort_keys=True, separators=(",", ":"), default=str
+        )
         return hashlib.sha256(body.encode()).hexdigest()[:32]
 
 

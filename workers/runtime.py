@@ -5,14 +5,17 @@ so no event-loop thread or socket is ever shared across a fork. The Agent is emb
 runs its calls in this process; it never re-dispatches them to the fleet). Sessions restored from
 snapshots are cached by ``session_id`` + the snapshot's digest (a fan-out's 32 branches carry the
 same snapshot: one restore per process), at most ``MAX_CACHED_SESSIONS``, least recently used
-evicted. Every restored session sends its events to the session's Redis Stream as well.
+evicted. Every restored session sends its events to the session's Redis Stream as well, through
+the process's ``EventPump`` (buffered, sent with the job's own Redis traffic).
 
-``publish`` pushes a finished job's ``ToolResult`` onto its run's result list (``PUBLISH_LUA``), retrying
-for ``PUBLISH_RETRY_S`` across a Redis blip; the job returns — and is acknowledged — only after it.
+``publish`` pushes a finished job's ``ToolResult`` onto its run's result list (``PUBLISH_LUA``), in one
+pipeline with the events still buffered, retrying for ``PUBLISH_RETRY_S`` across a Redis blip; the
+job returns — and is acknowledged — only after it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import json
@@ -20,19 +23,22 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from config.settings import Settings
 from kernel.budget import Budget
-from kernel.errors import ToolError, Transport
-from kernel.events import Event
+from kernel.errors import Transport
 from kernel.options import SessionOptions
 from kernel.policy import PermissionPolicy
 from orchestrator.agent import Agent
 from orchestrator.session import Session
+from workers.event_pump import EventPump
 from workers.protocol import PUBLISH_LUA, RESULTS_TTL_MS, FleetKeys, result_item
-from workers.state import RedisStateStore, RedisStreamSink, make_client
+from workers.state import RedisStateStore, make_client
 from workers.state.redis_client import redis_errors
+
+T = TypeVar("T")
 
 MAX_CACHED_SESSIONS = 64
 PUBLISH_RETRY_S = 15.0
@@ -58,20 +64,6 @@ def options_from_snapshot(snapshot: dict[str, Any], services: dict[str, Any]) ->
     return SessionOptions(**kwargs, services=services)
 
 
-class TolerantSink:
-    """Events are observability: a Redis blip must not fail the tool call that emitted them."""
-
-    def __init__(self, inner: RedisStreamSink) -> None:
-        self._inner = inner
-        self.dropped = 0
-
-    def emit(self, event: Event) -> None:
-        try:
-            self._inner.emit(event)
-        except ToolError:
-            self.dropped += 1
-
-
 class WorkerRuntime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -80,8 +72,10 @@ class WorkerRuntime:
         self.state = RedisStateStore(self.client)
         self.steps = self.state.steps()
         self._publish = self.client.register_script(PUBLISH_LUA)
+        self.events = EventPump(self.client)
         self.agent = Agent(settings.model_copy(update={"broker_url": None}))
         self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self._inline: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
 
     def session(self, snapshot: dict[str, Any]) -> Session:
@@ -92,13 +86,44 @@ class WorkerRuntime:
             if session is not None:
                 self._sessions.move_to_end(key)
                 return session
-            sink = TolerantSink(self.state.event_sink(str(snapshot.get("session_id"))))
+            sink = self.events.sink(str(snapshot.get("session_id")))
             session = self.agent.resume(snapshot, options_from_snapshot(snapshot, {"event_sink": sink}))
             self._sessions[key] = session
             while len(self._sessions) > MAX_CACHED_SESSIONS:
                 _, old = self._sessions.popitem(last=False)
                 self.agent.release(old)
             return session
+
+    def drive(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a kernel coroutine for the calling job thread.
+
+        A prefork child (or the solo pool) runs one job at a time in its main thread: the coroutine
+        runs right there, on this process's own loop — no hand-off to another thread, which under
+        load costs more than the no-op job itself. Jobs on the threads pool share the agent's loop
+        thread. A process uses one of the two for all its sessions (asyncio state binds to a loop).
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return self.agent.loop.submit(coro).result()
+        if self._inline is None:
+            self._inline = asyncio.new_event_loop()
+        try:
+            return self._inline.run_until_complete(coro)
+        except BaseException:
+            # e.g. Celery's soft time limit raised by a signal handler mid-loop: leave no task behind.
+            pending = asyncio.all_tasks(self._inline)
+            for task in pending:
+                task.cancel()
+            if pending:
+                self._inline.run_until_complete(asyncio.wait(pending, timeout=1))
+            raise
+
+    def close(self) -> None:
+        """For tests and embedding hosts: a worker process simply exits."""
+        self.events.flush()
+        self.agent.close()
+        if self._inline is not None:
+            self._inline.close()
+        self.client.close()
 
     def cancelled(self, task_id: str) -> bool:
         with redis_errors("fleet.cancel"):
@@ -111,8 +136,13 @@ class WorkerRuntime:
         while True:
             try:
                 with redis_errors("fleet.publish"):
-                    pushed = self._publish(
-                        keys=[self.keys.run(run_id), self.keys.results(run_id)], args=[item, RESULTS_TTL_MS, index]
+                    # The job's buffered events ride in the same pipeline, just before its result.
+                    [pushed] = self.events.send_with(
+                        lambda pipe: self._publish(
+                            keys=[self.keys.run(run_id), self.keys.results(run_id)],
+                            args=[item, RESULTS_TTL_MS, index],
+                            client=pipe,
+                        )
                     )
                 return bool(pushed)
             except Transport:

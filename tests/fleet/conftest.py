@@ -140,8 +140,18 @@ class WorkerFactory:
         self.log_dir = log_dir
         self.started: list[WorkerProcess] = []
 
-    def __call__(self, env: FleetEnv, name: str = "w", *, pool: str = "threads", concurrency: int = 2, wait: bool = True) -> WorkerProcess:
-        worker = WorkerProcess(env, name, self.log_dir / f"{name}-{len(self.started)}.log", pool=pool, concurrency=concurrency)
+    def __call__(
+        self,
+        env: FleetEnv,
+        name: str = "w",
+        *,
+        pool: str = "threads",
+        concurrency: int = 2,
+        wait: bool = True,
+    ) -> WorkerProcess:
+        worker = WorkerProcess(
+            env, name, self.log_dir / f"{name}-{len(self.started)}.log", pool=pool, concurrency=concurrency
+        )
         self.started.append(worker)
         return worker.wait_ready() if wait else worker
 
@@ -158,7 +168,9 @@ def spawn_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerFac
 
 
 @pytest.fixture(scope="module")
-def shared_workers(fleet: FleetEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[WorkerProcess]]:
+def shared_workers(
+    fleet: FleetEnv, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[WorkerProcess]]:
     """Two workers (threads ×4 and prefork ×2) on the session queue, shared by a test module."""
     factory = WorkerFactory(tmp_path_factory.mktemp("shared-worker-logs"))
     try:

@@ -50,7 +50,9 @@ async def append_once(ctx: ToolContext, params: AppendParams) -> ToolResult:
     await asyncio.sleep(params.delay_ms / 2000)
     appended = await asyncio.to_thread(_append_line_once, str(target), params.key, str(target) + ".starts")
     await asyncio.sleep(params.delay_ms / 2000)
-    return ToolResult.success("append_once", f"{params.key} {'appended' if appended else 'already present'}", {"appended": appended})
+    return ToolResult.success(
+        "append_once", f"{params.key} {'appended' if appended else 'already present'}", {"appended": appended}
+    )
 
 
 class NapParams(BaseModel):
@@ -91,5 +93,7 @@ TOOLS = [
         run=nap,
         capabilities=lambda _p: ToolCapabilities.parallel_safe_read(32),
     ),
-    ToolSpec(name="crash", description="Kill the current process (test tool).", params=CrashParams, run=crash),
+    ToolSpec(
+        name="crash", description="Kill the current process (test tool).", params=CrashParams, run=crash
+    ),
 ]

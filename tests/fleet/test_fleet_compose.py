@@ -31,7 +31,9 @@ def test_procfile_and_compose_run_redis_worker_and_flower_with_the_same_commands
     procs, services = _procfile(), _compose()["services"]
     assert set(procs) == {"redis", "worker", "flower"} <= set(services)
     assert services["worker"]["command"] == procs["worker"]
-    assert services["flower"]["command"].split()[:4] == procs["flower"].split()[:4]  # only the bind address differs
+    assert (
+        services["flower"]["command"].split()[:4] == procs["flower"].split()[:4]
+    )  # only the bind address differs
     assert procs["redis"].split()[0] == services["redis"]["command"].split()[0] == "redis-server"
     for name in ("worker", "flower"):
         assert services[name]["environment"]["A3S_BROKER_URL"].startswith("redis://redis:6379/")

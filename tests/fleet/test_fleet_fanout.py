@@ -26,7 +26,9 @@ def _branches() -> list[Branch]:
     for i in range(32):
         kind = i % 4
         if kind == 0:
-            out.append(Branch("read", {"file_path": "notes.txt", "offset": 1 + i * 7, "limit": 5}, f"notes page {i}"))
+            out.append(
+                Branch("read", {"file_path": "notes.txt", "offset": 1 + i * 7, "limit": 5}, f"notes page {i}")
+            )
         elif kind == 1:
             out.append(Branch("ls", {"path": "src" if i % 8 == 1 else ""}, f"list {i}"))
         elif kind == 2:
@@ -55,7 +57,11 @@ def test_f1_32_branch_fanout_on_workers_equals_the_embedded_run(
     workers_seen = set()
     for mine, theirs in zip(fleet_run.outcomes, embedded.outcomes, strict=True):
         assert mine.result is not None and theirs.result is not None
-        assert (mine.status, mine.result.output, mine.result.exit_code) == (theirs.status, theirs.result.output, theirs.result.exit_code)
+        assert (mine.status, mine.result.output, mine.result.exit_code) == (
+            theirs.status,
+            theirs.result.output,
+            theirs.result.exit_code,
+        )
         assert (mine.result.error_kind or {}).get("type") == (theirs.result.error_kind or {}).get("type")
         assert "a3s_fleet" not in theirs.result.metadata
         workers_seen.add(mine.result.metadata["a3s_fleet"]["worker"])
@@ -67,7 +73,10 @@ def test_f1_cancelled_fanout_stops_running_and_queued_jobs(
 ) -> None:
     """X-3/K-6: a fan-out that times out cancels its branches: the running jobs stop before their side
     effect (cancel flag, polled by the job) and queued ones never start (flag + revoke)."""
-    branches = [Branch("append_once", {"path": "ledger.txt", "key": f"k{i}", "delay_ms": 3_000}, f"slow {i}") for i in range(8)]
+    branches = [
+        Branch("append_once", {"path": "ledger.txt", "key": f"k{i}", "delay_ms": 3_000}, f"slow {i}")
+        for i in range(8)
+    ]
     with Agent(fleet.settings()) as agent:
         session = agent.session(tmp_path)
         t0 = time.monotonic()
@@ -95,7 +104,13 @@ def test_f5_status_lists_workers_queue_and_the_running_run(
             env=fleet.env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
         )  # fmt: skip
         text = subprocess.run(
-            [str(BIN / "a3s-fleet"), "status"], env=fleet.env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
+            [str(BIN / "a3s-fleet"), "status"],
+            env=fleet.env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
         ).stdout
         assert pending.result(timeout=30).status == "complete"
     status = json.loads(out.stdout)

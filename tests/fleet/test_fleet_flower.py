@@ -47,10 +47,16 @@ def test_f5_flower_api_lists_the_fanout_jobs_with_their_run_id(
             # Ready once Flower has *heard* from our workers (events), so it sees the jobs we send next.
             while True:
                 resp = _get(client, "/api/workers?status=true")
-                if resp is not None and resp.status_code == 200 and {w.name for w in shared_workers} <= set(resp.json()):
+                if (
+                    resp is not None
+                    and resp.status_code == 200
+                    and {w.name for w in shared_workers} <= set(resp.json())
+                ):
                     break
                 assert flower.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, f"flower not ready: {resp and resp.text}\n{log.read_text()[-2000:]}"
+                assert time.monotonic() < deadline, (
+                    f"flower not ready: {resp and resp.text}\n{log.read_text()[-2000:]}"
+                )
                 time.sleep(0.2)
             run_id = "flower-run-1"
             branches = [Branch("ls", {"path": ""}, f"listing #{i}") for i in range(8)]
@@ -65,7 +71,9 @@ def test_f5_flower_api_lists_the_fanout_jobs_with_their_run_id(
                 mine = {tid: t for tid, t in tasks.items() if tid in task_ids and t.get("state") == "SUCCESS"}
                 if len(mine) == len(task_ids) == 8:
                     break
-                assert time.monotonic() < deadline, f"flower saw {len(mine)} of 8 jobs: {json.dumps(tasks)[:2000]}"
+                assert time.monotonic() < deadline, (
+                    f"flower saw {len(mine)} of 8 jobs: {json.dumps(tasks)[:2000]}"
+                )
                 time.sleep(0.2)
     finally:
         flower.terminate()

@@ -58,14 +58,19 @@ def test_f3_worker_sigkilled_mid_job_ten_times_loses_nothing_and_effects_happen_
         for round_no in range(KILLS):
             keys = [f"r{round_no}-k{i}" for i in range(BRANCHES_PER_ROUND)]
             all_keys += keys
-            branches = [Branch("append_once", {"path": "ledger.txt", "key": k, "delay_ms": JOB_MS}, f"append {k}") for k in keys]
+            branches = [
+                Branch("append_once", {"path": "ledger.txt", "key": k, "delay_ms": JOB_MS}, f"append {k}")
+                for k in keys
+            ]
             pending = pool.submit(session.fan_out, branches, timeout_ms=60_000)
             _wait_for_start(starts, keys)
             time.sleep(rng.uniform(0.02, 0.2))  # the append happens JOB_MS/2 after the start mark
             worker.kill()  # SIGKILL to the whole process group: main process and pool
             worker = spawn_worker(env, f"victim{round_no}", pool="threads", concurrency=2)
             result = pending.result(timeout=60)
-            assert result.status == "complete", [(o.index, o.status, o.result and o.result.output) for o in result.outcomes]
+            assert result.status == "complete", [
+                (o.index, o.status, o.result and o.result.output) for o in result.outcomes
+            ]
             deliveries = [o.result.metadata["a3s_fleet"]["delivery"] for o in result.outcomes if o.result]
             redelivered_rounds += max(deliveries) >= 2
     lines = ledger.read_text().split()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import random
 import shutil
 import time
 from collections.abc import Iterator
@@ -292,6 +294,35 @@ async def test_q2_content_output_bounded_at_100k_with_exact_totals(tmp_path: Pat
     files = [line.split(":", 1)[0] for line in body]
     assert files == sorted(files)  # lexical prefix of the full result
     assert len(res.metadata["source_anchors"]) <= 64
+    # The budget is used, not just the first file (a collector fed out of order once stopped there).
+    assert len(res.output.encode()) > MAX_CONTENT_OUTPUT_BYTES - 2048
+    assert len(set(files)) > 1
+
+
+@needs_rg
+@pytest.mark.parametrize("context", [0, 2])
+async def test_q2_engines_agree_when_content_is_cut_in_arrival_order(tmp_path: Path, context: int) -> None:
+    """Q-2, B-4: past the 100 KiB budget both engines show the same lexical prefix and totals.
+
+    ripgrep reports files in thread order, so its collector evicts and skips files the Python
+    engine (lexical order) never sees; the rendered text and metadata must still be identical.
+    """
+    root = tmp_path / "big"
+    rnd = random.Random(4)
+    for i in range(120):
+        lines = [
+            f"{'needle' if rnd.random() < 0.3 else 'hay'} {i} {j} " + "x" * rnd.randint(0, 90)
+            for j in range(90)
+        ]
+        write(root, f"d{i % 7}/f{i:03d}.txt", "\n".join(lines) + "\n")
+    ws = LocalWorkspace(root)
+    args = {"mode": "grep", "query": "needle", "context": context}
+    rg = await call(ws, args, "rg")
+    py = await call(ws, args, "python")
+    assert rg.output == py.output
+    assert strip_engine(rg.metadata) == strip_engine(py.metadata)
+    assert rg.metadata["output_truncated"] is True
+    assert len(rg.output.encode()) > MAX_CONTENT_OUTPUT_BYTES - 4096
 
 
 async def test_q2_regex_dialect_refuses_what_engines_read_differently() -> None:
@@ -353,6 +384,30 @@ class ProtocolOnlyWorkspace:
         return self._inner.walk_files(path)
 
 
+class NonLocalListingWorkspace(ProtocolOnlyWorkspace):
+    """Non-local (no root) but with ``list_dir``: the Python engine's protocol walk with pruning."""
+
+    def list_dir(self, path: str) -> list[Entry]:
+        return self._inner.list_dir(path)
+
+
+@pytest.mark.parametrize("case", PARITY_CASES, ids=lambda c: repr(c)[:60])
+@pytest.mark.parametrize("output_mode", ["content", "count"])
+async def test_q2_python_engine_local_fast_path_equals_protocol_path(
+    tree: Path, case: dict[str, Any], output_mode: str
+) -> None:
+    """Q-2: the local fast path (scandir walk, direct reads) answers exactly as the protocol path."""
+    local = LocalWorkspace(tree)
+    args = {"mode": "grep", "output_mode": output_mode, **case}
+    if output_mode != "content":
+        args.pop("context", None)
+    fast = await call(local, args, "python")
+    for ws in (NonLocalListingWorkspace(local), ProtocolOnlyWorkspace(local)):
+        slow = await call(ws, args, "python")
+        assert fast.output == slow.output
+        assert strip_engine(fast.metadata) == strip_engine(slow.metadata)
+
+
 @needs_rg
 @pytest.mark.parametrize(
     "args",
@@ -378,6 +433,75 @@ async def test_q2_deadline_and_cancellation_are_typed(tree: Path) -> None:
     ctx.cancelled.set()
     with pytest.raises(Cancelled):
         await TOOL.run(ctx, TOOL.validate({"mode": "grep", "query": "needle"}))
+
+
+# A pattern ripgrep 13 has no literal for and whose lazy DFA thrashes: seconds per 20 MB file.
+SLOW_RG_PATTERN = r"(?:[a-j]\w{0,9}\s\w{1,10}\s){5,6}\d{4}"
+
+
+def _children_running(marker: str) -> list[int]:
+    """Pids of live (not zombie) children of this process whose command line holds ``marker``."""
+    me = str(os.getpid())
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\x00")
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[1] == me and fields[0] != "Z" and marker.encode() in cmdline:
+            out.append(int(entry))
+    return out
+
+
+def _settled_without(marker: str, pids: list[int], timeout_s: float) -> bool:
+    """Within ``timeout_s``: no such child runs and every pid in ``pids`` is reaped (gone)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not _children_running(marker) and not any(os.path.exists(f"/proc/{p}") for p in pids):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@needs_rg
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+@pytest.mark.parametrize("stop", ["cancel", "timeout"])
+async def test_q2_cancel_and_timeout_kill_ripgreps_process_group(tmp_path: Path, stop: str) -> None:
+    """Q-2, K-5: cancelling (or timing out) a grep kills rg's process group; no rg is left running."""
+    root = tmp_path / "slow"
+    rnd = random.Random(0)
+    words = [
+        "".join(rnd.choice("abcdefghij0123456789") for _ in range(rnd.randint(3, 12))) for _ in range(3000)
+    ]
+    body = "".join(" ".join(rnd.choice(words) for _ in range(12)) + "\n" for _ in range(20000)) * 10
+    write(root, "big0.txt", body)  # ~17 MB: several seconds of rg per file
+    for i in range(1, 4):
+        os.link(root / "big0.txt", root / f"big{i}.txt")
+    ws = LocalWorkspace(root)
+    args = {"mode": "grep", "query": SLOW_RG_PATTERN, "output_mode": "count"}
+    ctx = make_context(ws, services={"search_engine": "rg"}, timeout_s=1.0 if stop == "timeout" else 120)
+    task = asyncio.ensure_future(TOOL.run(ctx, TOOL.validate(args)))
+    pids: list[int] = []
+    for _ in range(200):
+        pids = _children_running(SLOW_RG_PATTERN)
+        if pids:
+            break
+        await asyncio.sleep(0.01)
+    assert pids, "rg did not start"
+    if stop == "cancel":
+        await asyncio.sleep(0.2)
+        assert not task.done()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    else:
+        with pytest.raises(Timeout):
+            await task
+    assert _settled_without(SLOW_RG_PATTERN, pids, timeout_s=5.0)
 
 
 async def test_q2_git_dir_and_outside_paths_are_refused(tree: Path) -> None:

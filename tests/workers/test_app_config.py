@@ -30,7 +30,9 @@ def test_f1_app_is_json_only_late_ack_prefetch_one_with_events(app: celery.Celer
     assert conf.result_backend == conf.broker_url == "redis://127.0.0.1:6379/9"
 
 
-def test_f1_time_limits_sit_below_the_visibility_timeout_and_restore_sweeps_are_frequent(app: celery.Celery) -> None:
+def test_f1_time_limits_sit_below_the_visibility_timeout_and_restore_sweeps_are_frequent(
+    app: celery.Celery,
+) -> None:
     conf = app.conf
     opts = conf.broker_transport_options
     assert 0 < conf.task_soft_time_limit < conf.task_time_limit < opts["visibility_timeout"]
@@ -61,7 +63,9 @@ def test_f1_factory_builds_independent_apps_and_never_the_current_one(app: celer
     ("soft", "hard", "vt"),
     [(60, 60, 120), (30, 120, 120), (30, 200, 120), (0, 10, 20)],
 )
-def test_f1_time_limits_that_would_let_a_job_outlive_its_visibility_timeout_are_refused(soft: int, hard: int, vt: int) -> None:
+def test_f1_time_limits_that_would_let_a_job_outlive_its_visibility_timeout_are_refused(
+    soft: int, hard: int, vt: int
+) -> None:
     settings = Settings(job_soft_time_limit_s=soft, job_time_limit_s=hard, visibility_timeout_s=vt)
     with pytest.raises(InvalidArgument, match="visibility"):
         celery_config(settings)

@@ -17,8 +17,8 @@ import pytest
 import redis
 
 from config.settings import Settings
-from kernel.policy import PermissionPolicy
 from kernel.options import SessionOptions
+from kernel.policy import PermissionPolicy
 from orchestrator import Agent
 from workers.jobs import Delivery, run_job
 from workers.protocol import FleetKeys
@@ -38,7 +38,7 @@ def rt() -> Iterator[WorkerRuntime]:
         pytest.skip(f"needs Redis on {URL}: {exc}")
     runtime = WorkerRuntime(Settings(broker_url=URL, extra_tools=TOOLS, max_deliveries=2))
     yield runtime
-    runtime.agent.close()
+    runtime.close()
 
 
 @pytest.fixture()
@@ -55,7 +55,13 @@ def _snapshot(workspace: Path, options: SessionOptions | None = None) -> dict:
 
 
 def _envelope(workspace: Path, run_id: str, **over: object) -> dict:
-    env = {"snapshot": _snapshot(workspace), "tool": "read", "args": {"file_path": "README.md"}, "run_id": run_id, "branch_index": 0}
+    env = {
+        "snapshot": _snapshot(workspace),
+        "tool": "read",
+        "args": {"file_path": "README.md"},
+        "run_id": run_id,
+        "branch_index": 0,
+    }
     env.update(over)
     return env
 
@@ -64,7 +70,9 @@ def _published(rt: WorkerRuntime, run_id: str) -> list[dict]:
     return [json.loads(x) for x in rt.client.lrange(FleetKeys().results(run_id), 0, -1)]
 
 
-def test_f1_job_restores_the_session_and_returns_the_projected_result_as_json(rt: WorkerRuntime, run_id: str, workspace: Path) -> None:
+def test_f1_job_restores_the_session_and_returns_the_projected_result_as_json(
+    rt: WorkerRuntime, run_id: str, workspace: Path
+) -> None:
     data = run_job(_envelope(workspace, run_id), Delivery(str(uuid.uuid4())), rt)
     assert data["exit_code"] == 0 and "hello world" in data["output"]
     assert "a3s_tool_result_evidence" in data["metadata"]
@@ -74,7 +82,9 @@ def test_f1_job_restores_the_session_and_returns_the_projected_result_as_json(rt
 
 
 @pytest.mark.parametrize("origin", ["trusted_host_nested", "governed_nested", "root"])
-def test_k1_a_message_cannot_choose_a_nested_or_unknown_origin(rt: WorkerRuntime, run_id: str, workspace: Path, origin: str) -> None:
+def test_k1_a_message_cannot_choose_a_nested_or_unknown_origin(
+    rt: WorkerRuntime, run_id: str, workspace: Path, origin: str
+) -> None:
     data = run_job(_envelope(workspace, run_id, origin=origin), Delivery(str(uuid.uuid4())), rt)
     assert data["exit_code"] == 1 and data["error_kind"]["type"] == "invalid_argument"
     assert data["error_kind"]["path"] == "origin" and "host_direct" in data["output"]
@@ -92,20 +102,34 @@ def test_k1_agent_origin_from_a_message_still_meets_the_snapshot_permission_poli
     assert trusted["exit_code"] == 0
 
 
-def test_k8_unknown_envelope_fields_and_broken_snapshots_are_typed_failures(rt: WorkerRuntime, run_id: str, workspace: Path) -> None:
+def test_k8_unknown_envelope_fields_and_broken_snapshots_are_typed_failures(
+    rt: WorkerRuntime, run_id: str, workspace: Path
+) -> None:
     extra = run_job({**_envelope(workspace, run_id), "pickle": "x"}, Delivery(str(uuid.uuid4())), rt)
     assert extra["error_kind"]["type"] == "invalid_argument" and extra["error_kind"]["path"] == "pickle"
-    broken = run_job(_envelope(workspace, run_id, snapshot={"schema": "nope"}, branch_index=1), Delivery(str(uuid.uuid4())), rt)
+    broken = run_job(
+        _envelope(workspace, run_id, snapshot={"schema": "nope"}, branch_index=1),
+        Delivery(str(uuid.uuid4())),
+        rt,
+    )
     assert broken["error_kind"]["type"] == "invalid_argument" and "snapshot" in broken["output"]
     assert len(_published(rt, run_id)) == 2
 
 
-def test_k8_delivery_beyond_max_deliveries_returns_poison_failure_without_running(rt: WorkerRuntime, run_id: str, workspace: Path) -> None:
+def test_k8_delivery_beyond_max_deliveries_returns_poison_failure_without_running(
+    rt: WorkerRuntime, run_id: str, workspace: Path
+) -> None:
     task_id = str(uuid.uuid4())
     rt.client.set(FleetKeys().deliveries(task_id), 2)  # two earlier deliveries died with their worker
     env = _envelope(workspace, run_id, tool="append_once", args={"path": "side.txt", "key": "k"})
     data = run_job(env, Delivery(task_id, redelivered=True), rt)
-    assert data["error_kind"] == {"type": "cancelled", "op": "a3s.tool", "reason": "poison_job", "deliveries": 2, "max_deliveries": 2}
+    assert data["error_kind"] == {
+        "type": "cancelled",
+        "op": "a3s.tool",
+        "reason": "poison_job",
+        "deliveries": 2,
+        "max_deliveries": 2,
+    }
     assert not (workspace / "side.txt").exists()
 
 
@@ -121,7 +145,13 @@ def test_x3_cancelled_branch_does_not_start(rt: WorkerRuntime, run_id: str, work
 def test_f3_second_delivery_with_the_same_idempotency_key_recovers_instead_of_rerunning(
     rt: WorkerRuntime, run_id: str, workspace: Path
 ) -> None:
-    env = _envelope(workspace, run_id, tool="append_once", args={"path": "side.txt", "key": "k"}, idempotency_key=f"{run_id}:0")
+    env = _envelope(
+        workspace,
+        run_id,
+        tool="append_once",
+        args={"path": "side.txt", "key": "k"},
+        idempotency_key=f"{run_id}:0",
+    )
     task_id = str(uuid.uuid4())
     first = run_job(env, Delivery(task_id), rt)
     (workspace / "side.txt").write_text("")  # were the tool to run again, it would append again

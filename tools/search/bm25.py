@@ -12,9 +12,13 @@ asc, start line asc. Chunks are 80 lines, at most 128 per file.
 
 Why numpy and not tantivy: a query only needs term frequencies of its own (≤ 32) terms. Words are
 mapped once to integer ids in a per-session vocabulary that also keeps token → word-id postings,
-so scoring is a few vectorised gathers over the chunk's word-id array — no per-term index of the
-whole corpus is ever built (tantivy, rank-bm25 and bm25s all build one), which is what makes the
-cold query fast; the word-id arrays are cached per file digest, which makes the warm query fast.
+so a file's index is just its word-id array (cached per (path, content digest)); ASCII files are
+cut into words with one ``bytes.translate`` + ``split`` (same words as ``WORD_RE`` on ASCII text,
+five times faster). A ``Corpus`` is one candidate set's chunks (cached per tuple of (path,
+digest), so a changed file makes a new corpus): chunk lengths once, and each term's BM25 column
+(chunks holding it, their score contribution) computed on first use with one gather over the
+word ids and kept, so a repeated query is a handful of numpy gathers — the same eager-per-term
+idea as bm25s, but paid lazily per term instead of for the whole vocabulary up front.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ CHUNK_LINES = 80
 MAX_CHUNKS_PER_FILE = 128
 MAX_VOCAB_WORDS = 2_000_000
 MAX_CACHED_WORDS = 16_000_000  # word ids kept across calls (4 bytes each)
+MAX_CACHED_CORPORA = 4
+MAX_CACHED_CORPUS_WORDS = 16_000_000  # word ids held by cached corpora (4 bytes each)
+MAX_CORPUS_COLUMN_ENTRIES = 1_000_000  # cached (chunk, contribution) pairs per corpus (16 bytes each)
 
 _CJK_RANGES = (
     "\u1100-\u11ff"  # Hangul Jamo
@@ -88,6 +95,30 @@ def camel_parts(segment: str) -> list[str]:
 
 def tokenize_word(word: str) -> list[str]:
     """The tokens one ``WORD_RE`` match emits (see the module docstring)."""
+    if word.isascii():
+        return _tokenize_ascii_word(word)
+    return _tokenize_word(word)
+
+
+def _tokenize_ascii_word(word: str) -> list[str]:
+    """``_tokenize_word`` for an ASCII word ([A-Za-z0-9_]+), at C speed where possible.
+
+    One camel-regex pass over the whole word equals the passes over its ``_`` segments (no part
+    contains ``_``, and ``_`` stops a run as the end of a segment would); an alphabetic word that
+    is lower, upper or title case splits into nothing but itself.
+    """
+    low = word.lower()
+    if word.isalpha() and (word.islower() or word.isupper() or word.istitle()):
+        return [low]
+    seen = dict.fromkeys([low])
+    if "_" in word:
+        seen.update(dict.fromkeys(seg for seg in low.split("_") if seg))
+    seen.update(dict.fromkeys(map(str.lower, _ASCII_CAMEL_RE.findall(word))))
+    return list(seen)
+
+
+def _tokenize_word(word: str) -> list[str]:
+    """The general rule (any script); ``tokenize_word`` dispatches ASCII words to a fast twin."""
     if word.isascii() and word.isalpha() and word.islower():
         return [word]  # the common case: nothing to split
     if _CJK_RE.match(word):
@@ -131,6 +162,7 @@ class Vocabulary(dict[str, int]):
         super().__init__()
         self.ntok: array[int] = array("i")
         self.postings: dict[str, list[int]] = {}
+        self.ascii = _AsciiVocabulary(self)
 
     def __missing__(self, word: str) -> int:
         wid = len(self.ntok)
@@ -145,6 +177,25 @@ class Vocabulary(dict[str, int]):
             else:
                 lst.append(wid)
         return wid
+
+
+class _AsciiVocabulary(dict[bytes, int]):
+    """ASCII word bytes → the same ids as the str vocabulary (so both paths share one id space)."""
+
+    def __init__(self, words: Vocabulary) -> None:
+        super().__init__()
+        self.words = words
+
+    def __missing__(self, word: bytes) -> int:
+        wid = self.words[word.decode("ascii")]
+        self[word] = wid
+        return wid
+
+
+# ASCII bytes → themselves when part of a word ([A-Za-z0-9_]), '\n' kept, anything else → ' '.
+_ASCII_WORDS = bytes(
+    c if (c < 128 and (chr(c).isalnum() or c == 0x5F)) or c == 0x0A else 0x20 for c in range(256)
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +235,33 @@ def index_lines(lines: list[str], vocab: Vocabulary) -> FileIndex:
     )
 
 
+def index_text(text: str, vocab: Vocabulary, raw: bytes | None = None) -> FileIndex:
+    """The index of one file's text; ``raw`` (its bytes, when ``text`` is their UTF-8 decoding)
+    lets an ASCII file take the ``bytes.translate`` fast path. Same result as ``index_lines``."""
+    if raw is None or not raw.isascii():
+        return index_lines(split_lines(text), vocab)
+    lines = raw.translate(_ASCII_WORDS).split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    n = len(lines)
+    chunks = min(math.ceil(n / CHUNK_LINES), MAX_CHUNKS_PER_FILE)
+    flat: array[int] = array("i")
+    offsets = [0]
+    ranges = []
+    get = vocab.ascii.__getitem__
+    for c in range(chunks):
+        s = c * CHUNK_LINES
+        e = min(s + CHUNK_LINES, n)
+        flat.extend(map(get, b" ".join(lines[s:e]).split()))
+        offsets.append(len(flat))
+        ranges.append((s + 1, e))
+    return FileIndex(
+        ids=np.frombuffer(flat, dtype=np.int32).copy() if len(flat) else np.zeros(0, np.int32),
+        offsets=np.asarray(offsets, dtype=np.int64),
+        ranges=tuple(ranges),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ScoredChunk:
     file: int  # index into the scored files
@@ -191,72 +269,136 @@ class ScoredChunk:
     score: float
 
 
+class Corpus:
+    """The chunks of one ordered list of files, ready to score (BM25 over exactly these chunks).
+
+    Built once per candidate set: word ids concatenated, chunk lengths, length norms. A term's
+    column — the chunks holding it and their score contribution idf·tf·(k1+1)/(tf+norm) — is
+    computed on first use (one gather over the word ids for all new terms of a query) and kept,
+    so scoring a known term is a gather and an add. Chunk ``i`` of the corpus is chunk
+    ``chunk_in_file[i]`` of file ``file_of[i]``; chunk order is file order, then line order.
+    """
+
+    def __init__(self, files: list[FileIndex], vocab: Vocabulary) -> None:
+        counts = np.asarray([len(f.ranges) for f in files], dtype=np.int64)
+        self.n = int(counts.sum())
+        self.vocab = vocab
+        self.ids = np.concatenate([f.ids for f in files]) if files else np.zeros(0, np.int32)
+        bounds = [np.zeros(1, np.int64)]
+        base = 0
+        for f in files:
+            bounds.append(f.offsets[1:] + base)
+            base += int(f.offsets[-1])
+        self.offsets = np.concatenate(bounds)
+        ntok = np.frombuffer(vocab.ntok, dtype=np.int32)  # a view: never kept (the array grows)
+        cum = np.zeros(len(self.ids) + 1, np.int64)
+        if len(self.ids):
+            np.cumsum(ntok[self.ids], out=cum[1:])
+        del ntok
+        dl = (cum[self.offsets[1:]] - cum[self.offsets[:-1]]).astype(np.float64)
+        avgdl = max(1.0, float(dl.mean())) if self.n else 1.0
+        self.norm = K1 * (1.0 - B + B * dl / avgdl)
+        self.file_of = np.repeat(np.arange(len(files)), counts)
+        first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        self.chunk_in_file = np.arange(self.n) - first[self.file_of] if self.n else np.zeros(0, np.int64)
+        self.ranges = [r for f in files for r in f.ranges]  # 1-based (start, end) line of each chunk
+        self._columns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._column_entries = 0
+
+    @property
+    def words(self) -> int:
+        return len(self.ids)
+
+    def _add_columns(self, terms: list[str]) -> None:
+        n = self.n
+        postings = [np.asarray(self.vocab.postings.get(t, ()), dtype=np.int64) for t in terms]
+        nonempty = [p for p in postings if len(p)]
+        empty = (np.zeros(0, np.int64), np.zeros(0, np.float64))
+        if not nonempty or not len(self.ids):
+            self._keep({t: empty for t in terms})
+            return
+        relevant = np.unique(np.concatenate(nonempty))
+        row_of = np.full(int(relevant[-1]) + 2, -1, np.int64)
+        row_of[relevant] = np.arange(len(relevant))
+        weights = np.zeros((len(relevant), len(terms)), np.float64)
+        for t, p in enumerate(postings):
+            if len(p):
+                np.add.at(weights[:, t], row_of[p], 1.0)  # a CJK run may list a word twice
+        rows_all = row_of[np.minimum(self.ids, len(row_of) - 1)]
+        pos = np.flatnonzero(rows_all >= 0)
+        rows = rows_all[pos]
+        chunk_of = np.searchsorted(self.offsets, pos, side="right") - 1
+        new: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for t, term in enumerate(terms):
+            w = weights[rows, t]
+            if not w.any():
+                new[term] = empty
+                continue
+            tf = np.bincount(chunk_of, weights=w, minlength=n)
+            nz = np.flatnonzero(tf)
+            df = float(len(nz))
+            idf = np.log1p(np.float64((n - df + 0.5) / (df + 0.5)))  # numpy's log1p, not libm's
+            tfn = tf[nz]
+            new[term] = (nz, idf * (tfn * (K1 + 1.0)) / (tfn + self.norm[nz]))
+        self._keep(new)
+
+    def _keep(self, columns: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        size = sum(len(c[0]) for c in columns.values())
+        if self._column_entries + size > MAX_CORPUS_COLUMN_ENTRIES:
+            self._columns.clear()
+            self._column_entries = 0
+        self._columns.update(columns)
+        self._column_entries += size
+
+    def scores(self, terms: list[str]) -> np.ndarray:
+        """BM25 of every chunk for ``terms`` (unique), summed in term order."""
+        missing = [t for t in terms if t not in self._columns]
+        if missing:
+            self._add_columns(missing)
+        columns = [self._columns.get(t) for t in terms]
+        if any(c is None for c in columns):  # evicted while adding: compute without keeping
+            self._columns.clear()
+            self._column_entries = 0
+            self._add_columns(terms)
+            columns = [self._columns[t] for t in terms]
+        out = np.zeros(self.n, np.float64)
+        for nz, contrib in columns:  # type: ignore[misc]
+            out[nz] += contrib
+        return out
+
+    def ranked(self, terms: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk numbers with a finite score > 0 by score desc then chunk order, all scores)."""
+        scores = self.scores(terms)
+        keep = np.flatnonzero(np.isfinite(scores) & (scores > 0))
+        order = np.argsort(-scores[keep], kind="stable")
+        return keep[order], scores
+
+
 def score(files: list[FileIndex], terms: list[str], vocab: Vocabulary) -> tuple[list[ScoredChunk], int]:
     """BM25 of every chunk of ``files`` for ``terms``; (chunks with finite score > 0, chunks scored)."""
-    counts = [len(f.ranges) for f in files]
-    total_chunks = sum(counts)
-    if not total_chunks or not terms:
-        return [], total_chunks
-    ids = np.concatenate([f.ids for f in files]) if files else np.zeros(0, np.int32)
-    # Global chunk offsets into `ids`.
-    bounds = [np.zeros(1, np.int64)]
-    base = 0
-    for f in files:
-        bounds.append(f.offsets[1:] + base)
-        base += int(f.offsets[-1])
-    offsets = np.concatenate(bounds)
-    ntok = np.frombuffer(vocab.ntok, dtype=np.int32)
-    cum = np.zeros(len(ids) + 1, np.int64)
-    if len(ids):
-        np.cumsum(ntok[ids], out=cum[1:])
-    dl = (cum[offsets[1:]] - cum[offsets[:-1]]).astype(np.float64)
-
-    posting = [np.asarray(vocab.postings.get(t, ()), dtype=np.int64) for t in terms]
-    nonempty = [p for p in posting if len(p)]
-    if not nonempty or not len(ids):
-        return [], total_chunks
-    relevant = np.unique(np.concatenate(nonempty))
-    row_of = np.full(len(ntok), -1, np.int64)
-    row_of[relevant] = np.arange(len(relevant))
-    weights = np.zeros((len(relevant), len(terms)), np.float64)
-    for t, p in enumerate(posting):
-        if len(p):
-            np.add.at(weights[:, t], row_of[p], 1.0)
-    rows_all = row_of[ids]
-    pos = np.flatnonzero(rows_all >= 0)
-    rows = rows_all[pos]
-    chunk_of = np.searchsorted(offsets, pos, side="right") - 1
-    tf = np.zeros((total_chunks, len(terms)), np.float64)
-    for t in range(len(terms)):
-        w = weights[rows, t]
-        if w.any():
-            tf[:, t] = np.bincount(chunk_of, weights=w, minlength=total_chunks)
-    df = (tf > 0).sum(axis=0).astype(np.float64)
-    n = float(total_chunks)
-    idf = np.log1p((n - df + 0.5) / (df + 0.5))
-    avgdl = max(1.0, float(dl.mean()))
-    norm = K1 * (1.0 - B + B * dl / avgdl)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        per_term = idf * (tf * (K1 + 1.0)) / (tf + norm[:, None])
-    scores = np.where(tf > 0, per_term, 0.0).sum(axis=1)
+    corpus = Corpus(files, vocab)
+    if not corpus.n or not terms:
+        return [], corpus.n
+    scores = corpus.scores(terms)
     keep = np.flatnonzero(np.isfinite(scores) & (scores > 0))
-    file_of = np.repeat(np.arange(len(files)), counts)
-    first_chunk = np.concatenate([[0], np.cumsum(counts)[:-1]])
     out = [
-        ScoredChunk(file=int(file_of[c]), chunk=int(c - first_chunk[file_of[c]]), score=float(scores[c]))
+        ScoredChunk(file=int(corpus.file_of[c]), chunk=int(corpus.chunk_in_file[c]), score=float(scores[c]))
         for c in keep
     ]
-    return out, total_chunks
+    return out, corpus.n
 
 
 class Bm25Cache:
-    """Per-session vocabulary + word-id arrays of files seen before, keyed by (path, digest)."""
+    """Per-session vocabulary, word-id arrays of files seen before (keyed by (path, digest)), and
+    the corpora of recent candidate sets (keyed by their tuple of (path, digest) keys)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.vocab = Vocabulary()
         self.files: OrderedDict[tuple[str, bytes], FileIndex] = OrderedDict()
         self.words = 0
+        self.corpora: OrderedDict[tuple[tuple[str, bytes], ...], Corpus] = OrderedDict()
+        self.corpus_words = 0
 
     def get(self, key: tuple[str, bytes]) -> FileIndex | None:
         hit = self.files.get(key)
@@ -271,9 +413,27 @@ class Bm25Cache:
             _, old = self.files.popitem(last=False)
             self.words -= len(old.ids)
 
+    def corpus(self, keys: tuple[tuple[str, bytes], ...], files: list[FileIndex]) -> Corpus:
+        """The corpus of exactly these files (a content change changes a digest, hence the key)."""
+        hit = self.corpora.get(keys)
+        if hit is not None:
+            self.corpora.move_to_end(keys)
+            return hit
+        corpus = Corpus(files, self.vocab)
+        self.corpora[keys] = corpus
+        self.corpus_words += corpus.words
+        while len(self.corpora) > 1 and (
+            len(self.corpora) > MAX_CACHED_CORPORA or self.corpus_words > MAX_CACHED_CORPUS_WORDS
+        ):
+            _, old = self.corpora.popitem(last=False)
+            self.corpus_words -= old.words
+        return corpus
+
     def maybe_reset(self) -> None:
-        """Vocabulary ids are only valid with their cache: drop both when the vocabulary is too big."""
+        """Vocabulary ids are only valid with their cache: drop everything when it is too big."""
         if len(self.vocab) > MAX_VOCAB_WORDS:
             self.vocab = Vocabulary()
             self.files.clear()
             self.words = 0
+            self.corpora.clear()
+            self.corpus_words = 0

@@ -9,6 +9,8 @@ query terms (longest first); if that grep fails, a glob listing is used (``used_
 from __future__ import annotations
 
 import hashlib
+import os
+import stat as stat_mod
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -16,7 +18,8 @@ from kernel.errors import Cancelled, InvalidArgument, Timeout, ToolError
 from kernel.workspace import Workspace
 from tools.search import bm25
 from tools.search.grep import Guard, build_query, pick_engine
-from tools.search.grep_py import decode_text
+from tools.search.grep_local import is_local
+from tools.search.grep_py import UTF8_BOM, decode_text
 
 MAX_QUERY_BYTES = 2048
 MAX_QUERY_TERMS = 32
@@ -88,6 +91,75 @@ def _candidates(
     return paths, info
 
 
+def _read_local(root: str, path: str) -> bytes:
+    """A candidate's bytes under a local root: no symlink followed, regular files only."""
+    fd = os.open(f"{root}/{path}", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
+            raise IsADirectoryError(f"{path} is not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            return fh.read()
+    finally:
+        os.close(fd)
+
+
+def _pick(
+    corpus: bm25.Corpus, terms: list[str], paths: list[str], limit: int
+) -> list[tuple[str, int, int, float]]:
+    """The best ``limit`` chunks, at most ``MAX_RESULTS_PER_FILE`` per file: (path, start, end, score).
+
+    Order: score desc, then path, then start line — the corpus' chunk order, because the files
+    were indexed in lexical path order (candidates are sorted).
+    """
+    ranked, scores = corpus.ranked(terms)
+    per_file: dict[int, int] = {}
+    picked: list[tuple[str, int, int, float]] = []
+    file_of = corpus.file_of
+    for c in ranked.tolist():
+        f = int(file_of[c])
+        if per_file.get(f, 0) >= MAX_RESULTS_PER_FILE:
+            continue
+        per_file[f] = per_file.get(f, 0) + 1
+        start, end = corpus.ranges[c]
+        picked.append((paths[f], start, end, float(scores[c])))
+        if len(picked) >= limit:
+            break
+    return picked
+
+
+def _best_lines(
+    picked: list[tuple[str, int, int, float]],
+    selected: list[str],
+    blobs: list[bytes | None],
+    terms: list[str],
+    vocab: bm25.Vocabulary,
+) -> list[tuple[list[str], int]]:
+    """For each picked chunk: the file's lines and the first line holding the most query terms.
+
+    A line's term count comes from the vocabulary (a word holds term ``t`` iff its id is in
+    ``t``'s postings), which equals tokenizing the line, without tokenizing it.
+    """
+    data_by_path = dict(zip(selected, blobs, strict=True))
+    term_words = [frozenset(vocab.postings.get(t, ())) for t in terms]
+    get = vocab.get
+    findall = bm25.WORD_RE.findall
+    texts: dict[str, list[str]] = {}
+    out: list[tuple[list[str], int]] = []
+    for p, start, end, _ in picked:
+        lines = texts.get(p)
+        if lines is None:
+            text = decode_text(data_by_path[p] or b"") or ""
+            lines = texts[p] = bm25.split_lines(text)
+        best, best_hits = start, -1
+        for n in range(start, end + 1):
+            ids = {get(w) for w in findall(lines[n - 1])}
+            hits = sum(1 for words in term_words if not words.isdisjoint(ids))
+            if hits > best_hits:
+                best, best_hits = n, hits
+        out.append((lines, best))
+    return out
+
+
 def run_bm25(
     ws: Workspace,
     *,
@@ -113,10 +185,12 @@ def run_bm25(
     }
     selected: list[str] = []
     total = 0
+    local = is_local(ws)
+    root = os.fspath(ws.root) if local else ""  # type: ignore[arg-type]
     for p in paths:
         guard.check()
         try:
-            size = ws.stat(p).size
+            size = os.stat(f"{root}/{p}").st_size if local else ws.stat(p).size
         except (ToolError, OSError):
             scan["failed_reads"] += 1
             continue
@@ -133,16 +207,19 @@ def run_bm25(
         if guard.stop:
             return None
         try:
-            return ws.read_bytes(p)
+            return _read_local(root, p) if local else ws.read_bytes(p)
         except (ToolError, OSError):
             return None
 
-    with ThreadPoolExecutor(max_workers=READ_CONCURRENCY) as pool:
-        blobs = list(pool.map(read, selected))
+    if local:  # plain reads of small files: a thread pool costs more than it saves
+        blobs = [read(p) for p in selected]
+    else:
+        with ThreadPoolExecutor(max_workers=READ_CONCURRENCY) as pool:
+            blobs = list(pool.map(read, selected))
     guard.check()
 
-    texts: dict[str, list[str]] = {}
     indexed: list[tuple[str, bm25.FileIndex]] = []
+    keys: list[tuple[str, bytes]] = []
     with cache.lock:
         cache.maybe_reset()
         for p, data in zip(selected, blobs, strict=True):
@@ -159,55 +236,30 @@ def run_bm25(
                 text = decode_text(data)
                 if text is None:
                     continue  # binary
-                lines = bm25.split_lines(text)
-                texts[p] = lines
-                idx = bm25.index_lines(lines, cache.vocab)
+                idx = bm25.index_text(text, cache.vocab, data if not data.startswith(UTF8_BOM) else None)
                 cache.put(key, idx)
             scan["read_files"] += 1
             scan["scanned_bytes"] += len(data)
             indexed.append((p, idx))
-        scored, n_chunks = bm25.score([i for _, i in indexed], terms, cache.vocab)
+            keys.append(key)
+        corpus = cache.corpus(tuple(keys), [i for _, i in indexed])
+        n_chunks = corpus.n
+        picked = _pick(corpus, terms, [p for p, _ in indexed], limit) if n_chunks else []
+        best_lines = _best_lines(picked, selected, blobs, terms, cache.vocab)
     scan["scored_chunks"] = n_chunks
 
-    ranked = sorted(
-        scored, key=lambda s: (-s.score, indexed[s.file][0], indexed[s.file][1].ranges[s.chunk][0])
-    )
-    per_file: dict[str, int] = {}
-    picked: list[bm25.ScoredChunk] = []
-    for s in ranked:
-        p = indexed[s.file][0]
-        if per_file.get(p, 0) >= MAX_RESULTS_PER_FILE:
-            continue
-        per_file[p] = per_file.get(p, 0) + 1
-        picked.append(s)
-        if len(picked) >= limit:
-            break
-
-    data_by_path = dict(zip(selected, blobs, strict=True))
-    term_set = set(terms)
     out = [f"BM25 results for: {query}"]
     results: list[dict[str, Any]] = []
     anchors: list[str] = []
-    for rank, s in enumerate(picked, 1):
-        p, idx = indexed[s.file]
-        start, end = idx.ranges[s.chunk]
-        lines = texts.get(p)
-        if lines is None:
-            text = decode_text(data_by_path[p] or b"") or ""
-            lines = texts[p] = bm25.split_lines(text)
-        best, best_hits = start, -1
-        for n in range(start, end + 1):
-            hits = len(term_set.intersection(bm25.tokenize(lines[n - 1])))
-            if hits > best_hits:
-                best, best_hits = n, hits
+    for rank, ((p, start, end, score), (lines, best)) in enumerate(zip(picked, best_lines, strict=True), 1):
         lo, hi = max(start, best - context), min(end, best + context)
         out.append("")
-        out.append(f"{rank}. {p}:{start}-{end} (score {s.score:.4f})")
+        out.append(f"{rank}. {p}:{start}-{end} (score {score:.4f})")
         for n in range(lo, hi + 1):
             line = lines[n - 1]
             line = line[:-1] if line.endswith("\r") else line
             out.append(f"{n:>6} | {_cut(line)}")
-        results.append({"path": p, "start_line": start, "end_line": end, "score": s.score})
+        results.append({"path": p, "start_line": start, "end_line": end, "score": score})
         anchors.append(f"{p}:{start}-{end}")
     out.append("")
     files_read = scan["read_files"]
