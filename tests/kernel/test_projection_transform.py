@@ -303,8 +303,15 @@ def test_r3_folded_tail_cut_never_starts_inside_a_character() -> None:
     from kernel.projection import Projector, ToolResultTransformPolicyV1
 
     policy = ToolResultTransformPolicyV1.model_validate(
-        {"schema": "a3s.code.tool-result-transform-policy.v1", "max_output_bytes": 1024, "head_bytes": 256,
-         "tail_bytes": 91, "fold_repeated_lines": True, "repeated_line_threshold": 2, "structured_sample_items": 0}
+        {
+            "schema": "a3s.code.tool-result-transform-policy.v1",
+            "max_output_bytes": 1024,
+            "head_bytes": 256,
+            "tail_bytes": 91,
+            "fold_repeated_lines": True,
+            "repeated_line_threshold": 2,
+            "structured_sample_items": 0,
+        }
     )
     chunk = "x" * 200 + "\n"
     output = (chunk * 7 + "\x80\x80\x80" + "0" * 9 + "0000\n0000\n0000\n0000\n00000000000") * 2

@@ -30,8 +30,12 @@ def test_q1_retrieval_modes_only_when_enabled(agent: Agent, workspace: Path) -> 
 
 
 def test_q6_q7_semantic_search_ranks_and_close_frees_the_index(agent: Agent, tmp_path: Path) -> None:
-    (tmp_path / "net.py").write_text("def open_socket(host, port):\n    # connect a TCP socket to the server\n    return host, port\n")
-    (tmp_path / "cake.md").write_text("# Chocolate cake\n\nMix flour, sugar and cocoa, then bake for 30 minutes.\n")
+    (tmp_path / "net.py").write_text(
+        "def open_socket(host, port):\n    # connect a TCP socket to the server\n    return host, port\n"
+    )
+    (tmp_path / "cake.md").write_text(
+        "# Chocolate cake\n\nMix flour, sugar and cocoa, then bake for 30 minutes.\n"
+    )
     (tmp_path / "math.py").write_text("def mean(xs):\n    return sum(xs) / len(xs)\n")
     session = agent.session(tmp_path, SessionOptions(workspace_retrieval=True))
     index = session.kernel.session_state[SESSION_KEY]
