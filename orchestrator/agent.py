@@ -148,7 +148,10 @@ class Agent:
         builtins = builtin_tools(
             workspace.capabilities, retrieval_enabled=options.workspace_retrieval, services=options.services
         )
-        registry = Registry([*builtins, *self._extra_tools])
+        registry = Registry(builtins)
+        for spec in self._extra_tools:
+            # Host-configured tools are dynamic tools: they can never claim built-in trust (K-2).
+            registry.register(spec)
         kernel = Kernel(
             session_id=session_id or self._ids("session"),
             registry=registry,

@@ -109,9 +109,11 @@ def collect_status(settings: Settings, timeout_s: float = STATUS_TIMEOUT_S) -> d
         unacked = int(broker.hlen("unacked"))
         runs = []
         for run_id, beat in state.zrange(keys.runs(), 0, -1, withscores=True):
-            meta = state.hgetall(keys.run(run_id))
-            if not meta:
+            fields = ["session_id", "done", "total", "started_ms", "host"]
+            values = state.hmget(keys.run(run_id), fields)
+            if not any(values):
                 continue
+            meta = {k: v for k, v in zip(fields, values, strict=True) if v is not None}
             runs.append(
                 {
                     "run_id": run_id,

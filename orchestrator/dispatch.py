@@ -13,7 +13,9 @@ envelope carries the session snapshot, and does its own fan-in — never a chord
   (``BLPOP``, the default ``wait="list"``) or polls the Celery result backend (``wait="poll"``,
   kept for the benchmark's comparison) and resolves the branch's future; a duplicate delivery's
   second result is ignored;
-- every idle second the reader checks that the run hash still exists: Redis restarted without its
+- every idle second the reader checks that the run hash still exists, and takes any result a worker
+  reported (the run hash keeps a copy beside the done flag) whose list item never arrived — a popped
+  item lost with a dropped connection cannot leave a branch waiting; Redis restarted without its
   data (or the key expired) means queued jobs and results may be gone, so every unfinished branch
   fails with ``transport{op: "redis"}`` — a clear error, never a silent wait. An unreachable Redis
   gets ``OUTAGE_TOLERANCE_S`` to come back, then fails the same way;
@@ -358,10 +360,17 @@ class CeleryRunner:
 
     async def _check_state(self, run: _Run) -> None:
         r = self._client()
+        pending = [i for i in run.pending() if i in run.task_ids]
         async with r.pipeline(transaction=False) as pipe:
             pipe.pexpire(self.keys.run(run.run_id), RUN_KEY_TTL_MS)
             pipe.zadd(self.keys.runs(), {run.run_id: int(time.time() * 1000)})
-            alive, _ = await pipe.execute()
+            if pending:
+                pipe.hmget(self.keys.run(run.run_id), [f"r:{i}" for i in pending])
+            alive, _, *copies = await pipe.execute()
+        # Results the workers reported but whose list item never reached us: take the hash copy.
+        for raw in copies[0] if copies else []:
+            if raw:
+                self._deliver(run, json.loads(raw))
         if not alive:
             self._fail_pending(
                 run,

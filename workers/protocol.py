@@ -98,6 +98,9 @@ redis.call('PEXPIRE', KEYS[2], ARGV[2])
 if redis.call('HSETNX', KEYS[1], 'd:' .. ARGV[3], 1) == 1 then
   redis.call('HINCRBY', KEYS[1], 'done', 1)
 end
+-- A copy beside the done flag: the orchestrator's fan-in recovers a result whose list item it
+-- never received (a popped item lost with a dropped connection), instead of waiting forever.
+redis.call('HSET', KEYS[1], 'r:' .. ARGV[3], ARGV[1])
 return 1
 """
 

@@ -94,7 +94,8 @@ def test_f5_status_lists_workers_queue_and_the_running_run(
     fleet: FleetEnv, shared_workers: list[WorkerProcess], tmp_path: Path
 ) -> None:
     """F-5 / operations: `a3s-fleet status --json` shows live workers, the queue and a run in flight."""
-    branches = [Branch("nap", {"ms": 4_000, "tag": str(i)}, f"nap {i}") for i in range(4)]
+    # Naps outlast both status calls (each waits up to its --timeout for worker replies).
+    branches = [Branch("nap", {"ms": 8_000, "tag": str(i)}, f"nap {i}") for i in range(4)]
     with Agent(fleet.settings()) as agent, concurrent.futures.ThreadPoolExecutor(1) as pool:
         session = agent.session(tmp_path)
         pending = pool.submit(session.fan_out, branches, run_id="status-run-1", timeout_ms=30_000)
@@ -104,7 +105,7 @@ def test_f5_status_lists_workers_queue_and_the_running_run(
             env=fleet.env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
         )  # fmt: skip
         text = subprocess.run(
-            [str(BIN / "a3s-fleet"), "status"],
+            [str(BIN / "a3s-fleet"), "status", "--timeout", "1"],
             env=fleet.env,
             cwd=ROOT,
             capture_output=True,
