@@ -145,6 +145,13 @@ class Agent:
         sinks: list[Any] = [memory]
         if "event_sink" in options.services:
             sinks.append(options.services["event_sink"])
+        sid = session_id or self._ids("session")
+        if not self.settings.embedded:
+            # Fleet: this process's events join the workers' in the session's Redis Stream (S-5).
+            from orchestrator.event_stream import fleet_event_sink
+            from workers.runtime import state_url
+
+            sinks.insert(0, fleet_event_sink(state_url(self.settings), sid))
         builtins = builtin_tools(
             workspace.capabilities, retrieval_enabled=options.workspace_retrieval, services=options.services
         )
@@ -153,7 +160,7 @@ class Agent:
             # Host-configured tools are dynamic tools: they can never claim built-in trust (K-2).
             registry.register(spec)
         kernel = Kernel(
-            session_id=session_id or self._ids("session"),
+            session_id=sid,
             registry=registry,
             workspace=workspace,
             options=options,

@@ -6,7 +6,8 @@
 
 ``tool`` exits 0 when the result's ``exit_code`` is 0, else 1. ``--workspace`` defaults to the current
 directory and also accepts ``git:REPO@REV``. Fleet commands (``verify``, ``worker``, ``status``) are
-added by ``orchestrator.cli_fleet``.
+added by ``orchestrator.cli_fleet`` (imported lazily inside each command: embedded use never
+loads Celery).
 """
 
 from __future__ import annotations
@@ -127,10 +128,8 @@ def artifact_cmd(uri: str, workspace: str) -> None:
 
 
 def _register_fleet_commands() -> None:
-    try:
-        from orchestrator import cli_fleet
-    except ImportError:
-        return
+    from orchestrator import cli_fleet
+
     cli_fleet.register(main)
 
 

@@ -205,11 +205,37 @@ def status_cmd(broker: str | None, as_json: bool, timeout: float) -> None:
         )
 
 
+@click.command("events")
+@click.argument("session_id")
+@click.option("--broker", default=None, help="Redis URL of the broker (default: A3S_BROKER_URL).")
+@click.option("--after", "after_id", default="0-0", show_default=True, help="Resume after this stream id.")
+@click.option("--follow", is_flag=True, help="Keep waiting for new events (Ctrl-C to stop).")
+@click.option("--idle-timeout", type=float, default=None, help="With --follow: stop after S quiet seconds.")
+def events_cmd(
+    session_id: str, broker: str | None, after_id: str, follow: bool, idle_timeout: float | None
+) -> None:
+    """Print a fleet session's events as JSON lines (stream id + event), in order, from any process."""
+    from kernel.errors import ToolError
+    from orchestrator.event_stream import follow as follow_stream
+    from workers.runtime import state_url
+
+    settings = Settings(**({"broker_url": broker} if broker else {}))
+    try:
+        for stream_id, event in follow_stream(
+            state_url(settings), session_id, after_id=after_id, live=follow, idle_timeout_s=idle_timeout
+        ):
+            click.echo(json.dumps({"id": stream_id, **event.to_json()}))
+    except ToolError as exc:
+        click.echo(f"error: {exc.kind}: {exc.message}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
 def register(main: click.Group) -> None:
+    from orchestrator import cli_verify
+
     main.add_command(worker_cmd)
     main.add_command(status_cmd)
-    try:
-        from orchestrator import cli_verify  # the verification engineer's module, when present
-    except ImportError:
-        return
+    main.add_command(events_cmd)
     cli_verify.register(main)
