@@ -14,6 +14,8 @@ real, earlier projection. The output is projected regardless, so the cap always 
 from __future__ import annotations
 
 import hashlib
+import threading
+from dataclasses import replace
 from typing import Any
 
 from kernel.artifacts import ArtifactStore, PrehashedArtifactStore, artifact_id, uri_for_digest
@@ -38,9 +40,8 @@ class Projector:
     def project(self, tool_name: str, output: str, metadata: Any) -> tuple[str, dict[str, Any]]:
         check_binding(metadata, self.binding)
         data, output = _utf8(output)
-        hex_digest = hashlib.sha256(data).hexdigest()
+        hex_digest, result = _digest_and_transform(data, self.policy, tool_name)
         expected_uri = uri_for_digest(tool_name, hex_digest)
-        result = transform(data, self.policy, artifact_line(expected_uri))
         meta = as_object(metadata)
         uri: str | None = None
         if result.lossy:
@@ -70,6 +71,39 @@ class Projector:
         if isinstance(self.artifacts, PrehashedArtifactStore):
             return self.artifacts.put_prehashed(tool_name, data, hex_digest)
         return self.artifacts.put(tool_name, data)
+
+
+PARALLEL_DIGEST_MIN_BYTES = 1024 * 1024
+_PLACEHOLDER_DIGEST = "0" * 64
+
+
+def _digest_and_transform(
+    data: bytes, policy: ToolResultTransformPolicyV1, tool_name: str
+) -> tuple[str, Transformed]:
+    """SHA-256 of the original and its projection; for big outputs the two run side by side.
+
+    hashlib releases the GIL on large buffers and the fold is mostly numpy, so on a multi-core
+    machine the digest costs almost nothing extra. The transform needs the artifact line (which
+    holds the digest) only to size its cut: it runs with a same-length placeholder, and the real
+    line is put in afterwards — same length, so the cap arithmetic is unchanged.
+    """
+    if len(data) < PARALLEL_DIGEST_MIN_BYTES:
+        hex_digest = hashlib.sha256(data).hexdigest()
+        return hex_digest, transform(data, policy, artifact_line(uri_for_digest(tool_name, hex_digest)))
+    box: list[str] = []
+    worker = threading.Thread(target=lambda: box.append(hashlib.sha256(data).hexdigest()), daemon=True)
+    worker.start()
+    placeholder = artifact_line(uri_for_digest(tool_name, _PLACEHOLDER_DIGEST))
+    result = transform(data, policy, placeholder)
+    worker.join()
+    hex_digest = box[0]
+    if result.lossy:
+        real = artifact_line(uri_for_digest(tool_name, hex_digest))
+        if result.content.endswith(placeholder):
+            result = replace(result, content=result.content[: -len(placeholder)] + real)
+        else:  # not expected: the line is always last; recompute rather than guess
+            result = transform(data, policy, real)
+    return hex_digest, result
 
 
 def _utf8(output: str) -> tuple[bytes, str]:

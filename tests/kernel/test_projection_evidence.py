@@ -7,6 +7,7 @@ import json
 import math
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -224,3 +225,26 @@ def test_r4_r6_property_cap_utf8_evidence_and_readback(
     check_evidence(output, projected, meta, store)
     # R-3: deterministic.
     assert Projector(policy, MemoryArtifactStore()).project(tool, output, None) == (projected, meta)
+
+
+@pytest.mark.parametrize("preset", ["conservative", "context_efficient"])
+def test_r3_r6_big_outputs_digest_in_parallel_with_identical_bytes(
+    preset: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outputs ≥ 1 MiB hash beside the transform; the projection must equal the sequential one."""
+    import hashlib
+
+    from kernel.artifacts import MemoryArtifactStore
+    from kernel.projection import Projector, ToolResultTransformPolicyV1
+    from kernel.projection import projector as projector_module
+
+    policy = getattr(ToolResultTransformPolicyV1, preset)()
+    text = "".join(f"line {i % 700} é\n" * (1 + i % 4) for i in range(120_000))
+    assert len(text.encode()) > projector_module.PARALLEL_DIGEST_MIN_BYTES
+    parallel, meta = Projector(policy, MemoryArtifactStore()).project("bash", text, None)
+    monkeypatch.setattr(projector_module, "PARALLEL_DIGEST_MIN_BYTES", 1 << 62)
+    sequential, meta_seq = Projector(policy, MemoryArtifactStore()).project("bash", text, None)
+    assert parallel == sequential and meta == meta_seq
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    assert parallel.endswith(f"[Full output artifact: a3s://tool-output/bash/{digest}]")
+    assert meta["a3s_tool_result_evidence"]["content_digest"] == f"sha256:{digest}"
