@@ -2,8 +2,9 @@
 
 ``workers.state.events.RedisStreamSink`` writes each event with one script call: several round trips
 per tool call, which dominated a no-op job's time on a worker. ``EventPump`` keeps the same stream
-format and script (``EMIT_LUA``: ``XADD`` + a per-session counter, so one session's events get
-increasing ``seq`` across every worker that writes them — the pump always lets Redis number them)
+format (``EMIT_MANY_LUA``: ``XADD`` per event numbered from one per-session counter, so one
+session's events get increasing ``seq`` across every worker that writes them; one script call per
+batch — the pump always lets Redis number them)
 but buffers events in the process and sends them in batches, *inside the pipeline the job already
 sends*: with the job's result push at its end (so a stream reader sees a call's events before its
 result is published), and at each of a long job's cancel-flag polls (``jobs.CANCEL_POLL_S``), so a
@@ -22,7 +23,7 @@ from typing import Any, TypeVar
 import redis
 
 from kernel.events import Event
-from workers.state.events import EMIT_LUA, EVENT_STREAM_MAX_LEN, EVENT_STREAM_TTL_MS, stream_key
+from workers.state.events import EMIT_MANY_LUA, EVENT_STREAM_MAX_LEN, EVENT_STREAM_TTL_MS, stream_key
 
 T = TypeVar("T")
 MAX_BUFFERED_EVENTS = 10_000  # beyond this (Redis away for long) the oldest are dropped
@@ -32,7 +33,7 @@ class EventPump:
     def __init__(self, client: redis.Redis, *, prefix: str = "a3s") -> None:
         self._client = client
         self._prefix = prefix
-        self._script = client.register_script(EMIT_LUA)
+        self._script = client.register_script(EMIT_MANY_LUA)
         self._buffer: list[tuple[str, str]] = []
         self._buffer_lock = threading.Lock()
         self._send_lock = threading.Lock()
@@ -65,10 +66,17 @@ class EventPump:
             if not batch and extra is None:
                 return []
             pipe = self._client.pipeline(transaction=False)
+            # One script call per run of same-session events (usually the whole batch), in order.
+            groups: list[tuple[str, list[str]]] = []
             for key, payload in batch:
+                if groups and groups[-1][0] == key:
+                    groups[-1][1].append(payload)
+                else:
+                    groups.append((key, [payload]))
+            for key, payloads in groups:
                 self._script(
                     keys=[key, f"{key}:seq"],
-                    args=[payload, 0, EVENT_STREAM_MAX_LEN, EVENT_STREAM_TTL_MS],
+                    args=[EVENT_STREAM_MAX_LEN, EVENT_STREAM_TTL_MS, *payloads],
                     client=pipe,
                 )
             if extra is not None:
@@ -80,9 +88,12 @@ class EventPump:
                 if extra is not None:
                     raise
                 return []
-        failed = [r for r in replies[: len(batch)] if isinstance(r, Exception)]
-        self.dropped += len(failed)
-        rest = replies[len(batch) :]
+        self.dropped += sum(
+            len(payloads)
+            for (_, payloads), r in zip(groups, replies, strict=False)
+            if isinstance(r, Exception)
+        )
+        rest = replies[len(groups) :]
         for reply in rest:
             if isinstance(reply, Exception):
                 raise reply

@@ -5,7 +5,8 @@
 1. validate the envelope (``workers.protocol.JobEnvelope``); a bad envelope, or an origin other
    than ``host_direct``/``agent``, is a typed ``invalid_argument`` result, never a crash;
 2. count the delivery and read the cancel flag (``workers.poison``): a poison job or a cancelled
-   branch returns a typed failure without running;
+   branch returns a typed failure without running (the first delivery of a read-only, idempotent
+   call skips this round trip: see ``_check``);
 3. with an idempotency key — unless the tool declares the call read-only and idempotent (K-5),
    which has no effect to protect — claim the step ``(run_id, query digest, key)`` in the step store: a step
    another delivery completed is *recovered* (its stored result is returned, the tool does not run
@@ -38,7 +39,7 @@ from config.settings import Settings
 from kernel.errors import Cancelled, InvalidArgument, Timeout, ToolError, Transport
 from kernel.result import ToolResult
 from kernel.state import Busy, Completed, StepKey
-from workers.poison import check_delivery, is_poison, poison_error
+from workers.poison import DeliveryCheck, check_delivery, is_poison, poison_error
 from workers.protocol import ALLOWED_ORIGINS, TOOL_TASK, JobEnvelope
 from workers.runtime import WorkerRuntime, runtime_for
 
@@ -92,7 +93,8 @@ def run_job(raw: Any, delivery: Delivery, rt: WorkerRuntime) -> dict[str, Any]:
         return _reject_envelope(raw, delivery, rt, exc)
     deliveries = 0
     try:
-        check = check_delivery(rt.client, rt.keys, delivery.task_id)
+        safe = _safe_to_repeat(env, rt)
+        check = _check(env, delivery, rt, safe)
         deliveries = check.deliveries
         if is_poison(check, rt.settings.max_deliveries):
             result = ToolResult.failure(
@@ -103,7 +105,7 @@ def run_job(raw: Any, delivery: Delivery, rt: WorkerRuntime) -> dict[str, Any]:
                 env.tool, Cancelled(f"branch {env.branch_index} of {env.run_id} was cancelled", op=env.tool)
             )
         else:
-            result = _execute(env, delivery, rt, started)
+            result = _execute(env, delivery, rt, started, safe)
     except SoftTimeLimitExceeded:
         result = _timed_out(env.tool, started)
     except ToolError as err:  # Redis trouble at the edges of the job (counter, step store)
@@ -142,9 +144,22 @@ def _reject_envelope(raw: Any, delivery: Delivery, rt: WorkerRuntime, exc: Valid
     return data
 
 
-def _execute(env: JobEnvelope, delivery: Delivery, rt: WorkerRuntime, started: float) -> ToolResult:
+def _check(env: JobEnvelope, delivery: Delivery, rt: WorkerRuntime, safe: bool) -> DeliveryCheck:
+    """Count the delivery and read the cancel flag — except on the *first* delivery of a call that is
+    safe to repeat (read-only and idempotent for these arguments, K-5): it has no effect a cancel flag
+    must prevent and nothing to count yet, so it saves the round trip. Its redeliveries are counted
+    (one more, for the uncounted first), so the poison guard still stops a job that kills workers."""
+    if safe and not delivery.redelivered:
+        return DeliveryCheck(1, False)
+    check = check_delivery(rt.client, rt.keys, delivery.task_id)
+    return DeliveryCheck(check.deliveries + 1, check.cancelled) if safe else check
+
+
+def _execute(
+    env: JobEnvelope, delivery: Delivery, rt: WorkerRuntime, started: float, safe: bool
+) -> ToolResult:
     deadline = started + rt.settings.job_soft_time_limit_s
-    if env.idempotency_key is None or _safe_to_repeat(env, rt):
+    if env.idempotency_key is None or safe:
         return _call(env, delivery, rt, deadline, None)
     key = StepKey(env.run_id, env.query_digest(), env.idempotency_key)
     lease = step_lease_ms(rt.settings)

@@ -162,3 +162,24 @@ def test_f3_second_delivery_with_the_same_idempotency_key_recovers_instead_of_re
     # Same key, other arguments: never a cross-query recovery (F-3).
     other = run_job({**env, "args": {"path": "side.txt", "key": "j"}}, Delivery(str(uuid.uuid4())), rt)
     assert other["output"] == "j appended"
+
+
+def test_f3_first_delivery_of_a_read_only_call_skips_the_counter_but_redeliveries_count(
+    rt: WorkerRuntime, run_id: str, workspace: Path
+) -> None:
+    """A read-only, idempotent call saves the delivery round trip only on its first delivery."""
+    first = str(uuid.uuid4())
+    data = run_job(_envelope(workspace, run_id), Delivery(first), rt)
+    assert data["exit_code"] == 0 and data["metadata"]["a3s_fleet"]["delivery"] == 1
+    assert rt.client.get(FleetKeys().deliveries(first)) is None
+    again = run_job(_envelope(workspace, run_id), Delivery(first, redelivered=True), rt)
+    assert again["metadata"]["a3s_fleet"]["delivery"] == 2  # the uncounted first one + this one
+
+
+def test_k8_poison_guard_still_stops_a_read_only_job_that_keeps_killing_workers(
+    rt: WorkerRuntime, run_id: str, workspace: Path
+) -> None:
+    task_id = str(uuid.uuid4())
+    rt.client.set(FleetKeys().deliveries(task_id), 1)  # one counted redelivery died too
+    data = run_job(_envelope(workspace, run_id), Delivery(task_id, redelivered=True), rt)
+    assert data["error_kind"]["reason"] == "poison_job" and data["error_kind"]["deliveries"] == 2

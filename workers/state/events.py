@@ -44,6 +44,20 @@ return {id, seq}
 """
 
 
+# KEYS: stream, seq counter. ARGV: max_len, ttl_ms, then one event JSON per event. Appends them in
+# order, numbered from the session counter (one script call for a whole batch). Returns the count.
+EMIT_MANY_LUA = """
+local n = #ARGV - 2
+local last = redis.call('INCRBY', KEYS[2], n)
+for i = 1, n do
+  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'seq', last - n + i, 'event', ARGV[i + 2])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return n
+"""
+
+
 def stream_key(prefix: str, session_id: str) -> str:
     return f"{prefix}:events:{session_id}"
 
