@@ -363,3 +363,26 @@ def test_s5_events_are_ordered_per_call_with_ids_origin_and_timing(agent: Agent,
     end = next(e for e in events if e.type == "tool_end" and e.tool == "batch")
     assert end.data["duration_ms"] >= 0 and end.origin == "host_direct_trusted"
     assert any(e.type == "tool_error" and e.tool == "nope" for e in events)
+
+
+def test_s4_hidden_tools_are_callable_but_still_governed(agent: Agent, workspace: Path) -> None:
+    """Visibility is not authorization: a hidden alias costs no schema tokens yet still passes the kernel."""
+    ran: list[int] = []
+    s = agent.session(workspace, SessionOptions(permission_policy=PermissionPolicy(deny=["alias"])))
+    s.register_tool(
+        "alias",
+        lambda a: ran.append(1) or "ok",
+        description="x",
+        parameters={"type": "object"},
+        visible=False,
+    )
+    assert "alias" not in {d["name"] for d in s.tool_definitions()}
+    denied = s.model_tool_call("alias", {})
+    assert denied.error_kind and denied.error_kind["type"] == "permission_denied" and ran == []
+    assert s.tool("alias", {}).exit_code == 0 and ran == [1]
+
+
+def test_k7_docs_say_host_direct_is_not_end_user_authorization() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "kernel.md").read_text()
+    assert "Host-direct is not end-user authorization (K-7)" in text
+    assert "authenticate and authorize" in text

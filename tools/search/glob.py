@@ -19,7 +19,7 @@ from kernel.workspace import Workspace
 from tools.search import paging
 from tools.search.grep import MAX_SOURCE_ANCHORS, Guard, ignore_files_above, rg_binary
 from tools.search.grep_rg import RipgrepEngine
-from tools.search.ignore import IgnoreRules, compile_glob, walk
+from tools.search.ignore import IgnoreRules, WalkReport, compile_glob, walk
 
 SORTS = ("backend", "path")
 
@@ -32,9 +32,10 @@ def list_files(ws: Workspace, base: str, setting: str, guard: Guard) -> tuple[li
     if use_rg and ws.root is not None and rg is not None and not (base and ignore_files_above(ws.root)):
         return _list_rg(ws, base, rg, guard)
     rules = IgnoreRules(ws)
-    out = [(e.path, e.mtime_ns) for e in walk(ws, base, rules, lambda: guard.stop)]
+    report = WalkReport()
+    out = [(e.path, e.mtime_ns) for e in walk(ws, base, rules, lambda: guard.stop, report)]
     guard.check()
-    return out, False
+    return out, report.truncated
 
 
 def _list_rg(ws: Workspace, base: str, rg: str, guard: Guard) -> tuple[list[tuple[str, int]], bool]:
@@ -125,6 +126,8 @@ def run_glob(
     body = list(paths) or ["No files found." if not cursor else "No more files."]
     if next_cursor:
         body.append(f"More files available; continue with cursor={next_cursor}")
+    if truncated:
+        body.append("Warning: the backend capped its scan; the path list is incomplete.")
     meta: dict[str, Any] = {
         "sort": sort,
         "paths": paths,

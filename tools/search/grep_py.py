@@ -18,7 +18,7 @@ from kernel.workspace import Workspace
 from tools.search.dialect import required_literal
 from tools.search.grep import ContentSink, GrepQuery, Guard, Line, ScanResult, context_lines, read_failed
 from tools.search.grep_local import UTF16_BOMS, is_local, read_local, walk_local
-from tools.search.ignore import IgnoreRules, walk
+from tools.search.ignore import IgnoreRules, WalkReport, walk
 
 UTF8_BOM = b"\xef\xbb\xbf"
 
@@ -139,7 +139,7 @@ def split_lines(text: str) -> list[str]:
 class PythonEngine:
     name = "python"
 
-    def _files(self, ws: Workspace, q: GrepQuery, guard: Guard) -> list[str]:
+    def _files(self, ws: Workspace, q: GrepQuery, guard: Guard, result: ScanResult) -> list[str]:
         if q.base_is_file:
             return [q.base]
         rules = IgnoreRules(ws)
@@ -147,7 +147,11 @@ class PythonEngine:
             found = walk_local(ws, q.base, rules, lambda: guard.stop)
             paths = [p for p in found if q.included(p)] if q.include is not None else found
         else:
-            paths = [e.path for e in walk(ws, q.base, rules, lambda: guard.stop) if q.included(e.path)]
+            report = WalkReport()
+            paths = [
+                e.path for e in walk(ws, q.base, rules, lambda: guard.stop, report) if q.included(e.path)
+            ]
+            result.truncated = result.truncated or report.truncated
         guard.check()
         paths.sort()
         return paths
@@ -158,7 +162,7 @@ class PythonEngine:
         needle = literal.encode("utf-8") if literal else None
         result = ScanResult()
         read = _local_reader(ws) if is_local(ws) else ws.read_bytes
-        for path in self._files(ws, q, guard):
+        for path in self._files(ws, q, guard, result):
             guard.check()
             try:
                 data = read(path)

@@ -287,21 +287,38 @@ class IgnoreRules:
         return True
 
 
+class WalkReport:
+    """What a walk learned besides its entries: ``truncated`` when the backend capped its scan (Q-3)."""
+
+    __slots__ = ("truncated",)
+
+    def __init__(self) -> None:
+        self.truncated = False
+
+
 def walk(
     workspace: Workspace,
     base: str,
     rules: IgnoreRules,
     should_stop: Callable[[], bool] = lambda: False,
+    report: WalkReport | None = None,
 ) -> Iterator[Entry]:
     """Every visible regular file under directory ``base`` (walk order; symlinks are not followed).
 
     Uses ``list_dir`` to prune ignored directories; a workspace without ``list_dir`` falls back to
-    ``walk_files`` plus a per-path visibility check (same answer, more reading).
+    ``walk_files`` plus a per-path visibility check (same answer, more reading). A backend whose
+    scan is capped (the object store) marks its scan ``truncated``; that lands in ``report``.
     """
     try:
+        if getattr(workspace, "flat_listing", False):
+            raise Unsupported("flat listing: scan with walk_files")
         first = workspace.list_dir(base)
     except (Unsupported, NotImplementedError, AttributeError):
-        for entry in sorted(workspace.walk_files(base), key=lambda e: e.path):
+        scan = workspace.walk_files(base)
+        entries = sorted(scan, key=lambda e: e.path)
+        if report is not None and getattr(scan, "truncated", False):
+            report.truncated = True
+        for entry in entries:
             if should_stop():
                 return
             if rules.visible_below(base, entry.path):
