@@ -2,18 +2,20 @@
 
 ``Dispatcher`` is ``orchestrator.fanout.BranchRunner``; ``InProcessDispatcher`` is the embedded one.
 ``CeleryRunner`` (alias ``CeleryDispatcher``) sends each branch as a named ``a3s.tool`` job whose
-envelope carries the session snapshot, and does its own fan-in — never a chord:
+envelope names the session snapshot by its digest, and does its own fan-in — never a chord:
 
-- the first branch of a run registers the run in Redis (``workers.protocol`` keys: the run hash and
-  the live-runs index ``a3s-fleet status`` reads) and starts one reader for the run;
+- the first branch of a run registers the run in Redis (``workers.protocol`` keys: the run hash,
+  the live-runs index ``a3s-fleet status`` reads, and the snapshot under its content-addressed key,
+  so it crosses the broker once per run instead of once per job) and starts one reader for the run;
 - branches submitted in the same event-loop turn are published in one batch, from a thread (the
-  Celery producer is blocking I/O); each message is labelled for Flower (``shadow`` name
+  Celery producer is blocking I/O), in one Redis pipeline where kombu supports it (``_publish``); each message is labelled for Flower (``shadow`` name
   ``a3s.tool:<run_id>:<index>``, ``kwargsrepr`` with run id, branch index, description, tool);
 - workers push each result onto the run's list before acknowledging the job; the reader pops them
   (``BLPOP``, the default ``wait="list"``) or polls the Celery result backend (``wait="poll"``,
   kept for the benchmark's comparison) and resolves the branch's future; a duplicate delivery's
   second result is ignored;
-- every idle second the reader checks that the run hash still exists, and takes any result a worker
+- every idle second the reader checks that the run hash still exists (refreshing its TTL and the
+  snapshot's), and takes any result a worker
   reported (the run hash keeps a copy beside the done flag) whose list item never arrived — a popped
   item lost with a dropped connection cannot leave a branch waiting; Redis restarted without its
   data (or the key expired) means queued jobs and results may be gone, so every unfinished branch
@@ -44,7 +46,7 @@ from config.settings import Settings
 from kernel.errors import Cancelled, ToolError, Transport
 from kernel.result import ToolResult
 from orchestrator.fanout import Branch, BranchRunner, InProcessRunner
-from workers.protocol import TOOL_TASK, FleetKeys, JobEnvelope
+from workers.protocol import TOOL_TASK, FleetKeys, JobEnvelope, snapshot_digest, snapshot_json
 
 Dispatcher = BranchRunner
 InProcessDispatcher = InProcessRunner
@@ -57,6 +59,7 @@ OUTAGE_POLL_S = 0.25
 CANCEL_SETTLE_S = 2.0
 POLL_INTERVAL_S = 0.005
 DRAIN_BATCH = 64
+PUBLISH_BATCH_COMMANDS = 256  # per pipeline: a job is two commands (message + task-sent event)
 REDIS_SOCKET_TIMEOUT_S = 5.0  # above IDLE_CHECK_S: a blocking pop is never mistaken for a dead socket
 REDIS_CONNECT_TIMEOUT_S = 2.0
 CONNECTION_ERRORS = (rx.ConnectionError, rx.TimeoutError, OSError)
@@ -68,6 +71,8 @@ WaitMode = Literal["list", "poll"]
 class _Run:
     run_id: str
     snapshot: dict[str, Any]
+    snapshot_json: str = ""
+    snapshot_digest: str = ""
     futures: dict[int, asyncio.Future[ToolResult]] = field(default_factory=dict)
     task_ids: dict[int, str] = field(default_factory=dict)
     outbox: list[tuple[int, Branch]] = field(default_factory=list)
@@ -115,7 +120,9 @@ class CeleryRunner:
     async def run_branch(self, run_id: str, index: int, branch: Branch) -> ToolResult:
         run = self._runs.get(run_id)
         if run is None:
-            run = _Run(run_id, self._snapshot())
+            snapshot = self._snapshot()
+            body = snapshot_json(snapshot)
+            run = _Run(run_id, snapshot, body, snapshot_digest(body))
             self._runs[run_id] = run
             run.ready = asyncio.create_task(self._open(run))
         run.refs += 1
@@ -176,6 +183,7 @@ class CeleryRunner:
                 pipe.hset(self.keys.run(run.run_id), mapping=meta)
                 pipe.pexpire(self.keys.run(run.run_id), RUN_KEY_TTL_MS)
                 pipe.zadd(self.keys.runs(), {run.run_id: now})
+                pipe.set(self.keys.snapshot(run.snapshot_digest), run.snapshot_json, px=RUN_KEY_TTL_MS)
                 await pipe.execute()
         except CONNECTION_ERRORS as exc:
             self._runs.pop(run.run_id, None)
@@ -236,7 +244,7 @@ class CeleryRunner:
 
     def _message(self, run: _Run, index: int, branch: Branch) -> dict[str, Any]:
         envelope = JobEnvelope(
-            snapshot=run.snapshot,
+            snapshot_digest=run.snapshot_digest,
             tool=branch.tool,
             args=dict(branch.args),
             run_id=run.run_id,
@@ -244,7 +252,7 @@ class CeleryRunner:
             description=branch.description,
             idempotency_key=f"{run.run_id}:{index}" if self.idempotent else None,
             origin=self.origin,
-        ).model_dump(mode="json")
+        ).model_dump(mode="json", exclude_none=True)  # no "snapshot": null on the wire
         label = {
             "run_id": run.run_id,
             "branch_index": index,
@@ -261,19 +269,40 @@ class CeleryRunner:
         }
 
     def _publish(self, messages: list[dict[str, Any]]) -> None:
+        """Publish a batch of jobs (and their ``task-sent`` events for Flower).
+
+        Where the transport supports it (kombu's ``Producer.batch``: Redis without command replay),
+        the whole batch goes out in one pipeline: one round trip and one Redis client instead of two
+        of each per job — most of a no-op job's publishing cost. A failed pipeline has an uncertain
+        outcome, so the batch is published again one message at a time under Celery's retry policy,
+        as a publish retried after a lost reply already can: a job may be queued twice with the same
+        task id, which the fleet tolerates (a second result is ignored, mutating calls are fenced by
+        the step store, every delivery is counted by the poison guard).
+        """
         with self.app.producer_or_acquire() as producer:
+            if len(messages) > 1 and producer.supports_batch_publish:
+                try:
+                    with producer.batch(max_size=PUBLISH_BATCH_COMMANDS):
+                        for m in messages:
+                            self._send(producer, m)
+                    return
+                except Exception:  # BatchPublishError, a connection error: fall back, with retries
+                    pass
             for m in messages:
-                self.app.send_task(
-                    TOOL_TASK,
-                    kwargs=m["kwargs"],
-                    task_id=m["task_id"],
-                    queue=self.settings.queue,
-                    shadow=m["shadow"],
-                    kwargsrepr=m["kwargsrepr"],
-                    argsrepr=m["argsrepr"],
-                    ignore_result=m["ignore_result"],
-                    producer=producer,
-                )
+                self._send(producer, m)
+
+    def _send(self, producer: Any, m: dict[str, Any]) -> None:
+        self.app.send_task(
+            TOOL_TASK,
+            kwargs=m["kwargs"],
+            task_id=m["task_id"],
+            queue=self.settings.queue,
+            shadow=m["shadow"],
+            kwargsrepr=m["kwargsrepr"],
+            argsrepr=m["argsrepr"],
+            ignore_result=m["ignore_result"],
+            producer=producer,
+        )
 
     # ---- fan-in ---------------------------------------------------------------------------------
 
@@ -364,9 +393,12 @@ class CeleryRunner:
         async with r.pipeline(transaction=False) as pipe:
             pipe.pexpire(self.keys.run(run.run_id), RUN_KEY_TTL_MS)
             pipe.zadd(self.keys.runs(), {run.run_id: int(time.time() * 1000)})
+            # Content-addressed and shared with other runs of the same snapshot: refreshed, never
+            # deleted by one run's end; it expires RUN_KEY_TTL_MS after the last run's heartbeat.
+            pipe.pexpire(self.keys.snapshot(run.snapshot_digest), RUN_KEY_TTL_MS)
             if pending:
                 pipe.hmget(self.keys.run(run.run_id), [f"r:{i}" for i in pending])
-            alive, _, *copies = await pipe.execute()
+            alive, _, _, *copies = await pipe.execute()
         # Results the workers reported but whose list item never reached us: take the hash copy.
         for raw in copies[0] if copies else []:
             if raw:

@@ -8,7 +8,10 @@ batch — the pump always lets Redis number them)
 but buffers events in the process and sends them in batches, *inside the pipeline the job already
 sends*: with the job's result push at its end (so a stream reader sees a call's events before its
 result is published), and at each of a long job's cancel-flag polls (``jobs.CANCEL_POLL_S``), so a
-running job's events still arrive live. One lock serialises the flushes: per process, events reach
+running job's events still arrive live. Scripts go into the pipeline as plain ``EVAL`` (Redis caches
+the compiled script by its digest): a ``register_script`` object in a pipeline makes redis-py send a
+``SCRIPT EXISTS`` round trip before every pipeline — a second round trip per job — and ``EVAL``
+never meets ``NOSCRIPT`` after a Redis restart either. One lock serialises the flushes: per process, events reach
 the stream in the order they were emitted. Events are observability: when Redis is unreachable the
 batch is dropped and counted (``dropped``) and the job goes on.
 """
@@ -33,7 +36,6 @@ class EventPump:
     def __init__(self, client: redis.Redis, *, prefix: str = "a3s") -> None:
         self._client = client
         self._prefix = prefix
-        self._script = client.register_script(EMIT_MANY_LUA)
         self._buffer: list[tuple[str, str]] = []
         self._buffer_lock = threading.Lock()
         self._send_lock = threading.Lock()
@@ -74,11 +76,7 @@ class EventPump:
                 else:
                     groups.append((key, [payload]))
             for key, payloads in groups:
-                self._script(
-                    keys=[key, f"{key}:seq"],
-                    args=[EVENT_STREAM_MAX_LEN, EVENT_STREAM_TTL_MS, *payloads],
-                    client=pipe,
-                )
+                pipe.eval(EMIT_MANY_LUA, 2, key, f"{key}:seq", EVENT_STREAM_MAX_LEN, EVENT_STREAM_TTL_MS, *payloads)
             if extra is not None:
                 extra(pipe)
             try:

@@ -14,10 +14,13 @@
    stored (``complete``) before anything is acknowledged. A delivery that outlived its lease is
    fenced off by the attempt number. Tools still have to be idempotent themselves — a worker killed
    after the side effect but before ``complete`` runs the call again (at-least-once);
-4. restore the session from its snapshot (cached per process) and call the kernel with the origin
+4. restore the session from its snapshot (cached per process by the snapshot's digest; looked up
+   once per job, before step 2, and read from Redis only on a miss) and call the kernel with the origin
    the envelope names — ``invoke_host`` (trusted) or ``invoke_agent`` — bounded by the soft time
    limit and stopped when the branch's cancel flag appears;
-5. push the result onto the run's result list, then return it (Celery acknowledges after).
+5. push the result onto the run's result list, then return it (Celery acknowledges after) — in
+   full when the caller reads Celery's result backend, as a short summary (``return_value``) when
+   the caller ignores it (the result list carries the full result).
 
 Every failure crosses as data: the kernel already turns tool errors into results; anything else
 (a broken snapshot, Redis trouble, a bug) becomes a ``ToolResult.failure`` with a typed kind.
@@ -39,6 +42,7 @@ from config.settings import Settings
 from kernel.errors import Cancelled, InvalidArgument, Timeout, ToolError, Transport
 from kernel.result import ToolResult
 from kernel.state import Busy, Completed, StepKey
+from orchestrator.session import Session
 from workers.poison import DeliveryCheck, check_delivery, is_poison, poison_error
 from workers.protocol import ALLOWED_ORIGINS, TOOL_TASK, JobEnvelope
 from workers.runtime import WorkerRuntime, runtime_for
@@ -82,7 +86,21 @@ def register(app: Celery, settings: Settings) -> None:
     def tool_job(self: Any, envelope: dict[str, Any]) -> dict[str, Any]:
         info = self.request.delivery_info or {}
         delivery = Delivery(self.request.id, bool(info.get("redelivered")), self.request.hostname or "")
-        return run_job(envelope, delivery, runtime_for(settings))
+        data = run_job(envelope, delivery, runtime_for(settings))
+        # The result travels on the run's result list (pushed before the ack). A caller that ignores
+        # Celery's result (the list fan-in) gets only a summary as the return value: Celery reprs it
+        # for the log line and Flower's task-succeeded event, and a short value is cheaper to repr.
+        return return_value(data) if getattr(self.request, "ignore_result", False) else data
+
+
+def return_value(data: dict[str, Any]) -> dict[str, Any]:
+    """What an ``a3s.tool`` job returns to Celery when its caller ignores Celery's result."""
+    kind = data.get("error_kind")
+    return {
+        "name": data.get("name"),
+        "exit_code": data.get("exit_code"),
+        "error_kind": kind.get("type") if isinstance(kind, dict) else kind,
+    }
 
 
 def run_job(raw: Any, delivery: Delivery, rt: WorkerRuntime) -> dict[str, Any]:
@@ -93,7 +111,8 @@ def run_job(raw: Any, delivery: Delivery, rt: WorkerRuntime) -> dict[str, Any]:
         return _reject_envelope(raw, delivery, rt, exc)
     deliveries = 0
     try:
-        safe = _safe_to_repeat(env, rt)
+        session = _restore(env, rt)
+        safe = _safe_to_repeat(env, session)
         check = _check(env, delivery, rt, safe)
         deliveries = check.deliveries
         if is_poison(check, rt.settings.max_deliveries):
@@ -105,7 +124,7 @@ def run_job(raw: Any, delivery: Delivery, rt: WorkerRuntime) -> dict[str, Any]:
                 env.tool, Cancelled(f"branch {env.branch_index} of {env.run_id} was cancelled", op=env.tool)
             )
         else:
-            result = _execute(env, delivery, rt, started, safe)
+            result = _execute(env, session, delivery, rt, started, safe)
     except SoftTimeLimitExceeded:
         result = _timed_out(env.tool, started)
     except ToolError as err:  # Redis trouble at the edges of the job (counter, step store)
@@ -156,11 +175,16 @@ def _check(env: JobEnvelope, delivery: Delivery, rt: WorkerRuntime, safe: bool) 
 
 
 def _execute(
-    env: JobEnvelope, delivery: Delivery, rt: WorkerRuntime, started: float, safe: bool
+    env: JobEnvelope,
+    session: Session | ToolError,
+    delivery: Delivery,
+    rt: WorkerRuntime,
+    started: float,
+    safe: bool,
 ) -> ToolResult:
     deadline = started + rt.settings.job_soft_time_limit_s
     if env.idempotency_key is None or safe:
-        return _call(env, delivery, rt, deadline, None)
+        return _call(env, session, delivery, rt, deadline, None)
     key = StepKey(env.run_id, env.query_digest(), env.idempotency_key)
     lease = step_lease_ms(rt.settings)
     while True:
@@ -174,7 +198,7 @@ def _execute(
         if time.monotonic() + claim.retry_after_ms / 1000 > deadline:
             return _timed_out(env.tool, started, op="step_claim")
         time.sleep(min(BUSY_POLL_MAX_S, max(0.01, claim.retry_after_ms / 1000)))
-    result = _call(env, delivery, rt, deadline, (key, claim.attempt, lease))
+    result = _call(env, session, delivery, rt, deadline, (key, claim.attempt, lease))
     try:
         rt.steps.complete(key, claim.attempt, result.to_json())
     except InvalidArgument:  # too big for the step store: not recoverable, a redelivery re-runs it
@@ -184,28 +208,35 @@ def _execute(
     return result
 
 
-def _safe_to_repeat(env: JobEnvelope, rt: WorkerRuntime) -> bool:
+def _safe_to_repeat(env: JobEnvelope, session: Session | ToolError) -> bool:
     """A read-only, idempotent call (K-5, declared by the tool for these arguments) has no effect to
     protect: a second delivery simply runs it again, and the step store's two round trips are saved."""
-    try:
-        kernel = rt.session(env.snapshot).kernel
-    except ToolError:
+    if isinstance(session, ToolError):
         return False  # _call reports the broken snapshot
+    kernel = session.kernel
     caps = kernel.capabilities_of(kernel.registry.scoped(), env.tool, env.args)
     return caps is not None and caps.read_only and caps.idempotent
 
 
+def _restore(env: JobEnvelope, rt: WorkerRuntime) -> Session | ToolError:
+    """The job's session, looked up once per job; a snapshot that cannot be restored is the job's
+    typed failure (reported by ``_call`` — after the delivery count and the step claim, as always)."""
+    try:
+        return rt.session_for(env)
+    except ToolError as err:
+        return err
+
+
 def _call(
     env: JobEnvelope,
+    session: Session | ToolError,
     delivery: Delivery,
     rt: WorkerRuntime,
     deadline: float,
     step: tuple[StepKey, int, int] | None,
 ) -> ToolResult:
-    try:
-        session = rt.session(env.snapshot)
-    except ToolError as err:
-        return ToolResult.failure(env.tool, err)
+    if isinstance(session, ToolError):
+        return ToolResult.failure(env.tool, session)
     kernel = session.kernel
     coro = (
         kernel.invoke_host(env.tool, env.args)

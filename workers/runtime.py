@@ -3,9 +3,11 @@
 Built lazily on the first job of a process (``runtime_for``) — after a prefork child was forked,
 so no event-loop thread or socket is ever shared across a fork. The Agent is embedded (the worker
 runs its calls in this process; it never re-dispatches them to the fleet). Sessions restored from
-snapshots are cached by ``session_id`` + the snapshot's digest (a fan-out's 32 branches carry the
-same snapshot: one restore per process), at most ``MAX_CACHED_SESSIONS``, least recently used
-evicted. Every restored session sends its events to the session's Redis Stream as well, through
+snapshots are cached by the snapshot's digest (``workers.protocol.snapshot_digest``; a fan-out's 32
+branches name the same digest: one restore per process, and no per-job hashing when the envelope
+names the digest), at most ``MAX_CACHED_SESSIONS``, least recently used evicted. On a miss the
+snapshot comes inline from the envelope or from the run's ``snapshot:{digest}`` key, and must hash
+to the digest the envelope names. Every restored session sends its events to the session's Redis Stream as well, through
 the process's ``EventPump`` (buffered, sent with the job's own Redis traffic).
 
 ``publish`` pushes a finished job's ``ToolResult`` onto its run's result list (``PUBLISH_LUA``), in one
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import json
 import os
 import threading
@@ -28,13 +29,21 @@ from typing import Any, TypeVar
 
 from config.settings import Settings
 from kernel.budget import Budget
-from kernel.errors import Transport
+from kernel.errors import InvalidArgument, Transport
 from kernel.options import SessionOptions
 from kernel.policy import PermissionPolicy
 from orchestrator.agent import Agent
 from orchestrator.session import Session
 from workers.event_pump import EventPump
-from workers.protocol import PUBLISH_LUA, RESULTS_TTL_MS, FleetKeys, result_item
+from workers.protocol import (
+    PUBLISH_LUA,
+    RESULTS_TTL_MS,
+    FleetKeys,
+    JobEnvelope,
+    result_item,
+    snapshot_digest,
+    snapshot_json,
+)
 from workers.state import RedisStateStore, make_client
 from workers.state.redis_client import redis_errors
 
@@ -71,16 +80,57 @@ class WorkerRuntime:
         self.client = make_client(state_url(settings))
         self.state = RedisStateStore(self.client)
         self.steps = self.state.steps()
-        self._publish = self.client.register_script(PUBLISH_LUA)
         self.events = EventPump(self.client)
         self.agent = Agent(settings.model_copy(update={"broker_url": None}))
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self._inline: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
 
-    def session(self, snapshot: dict[str, Any]) -> Session:
-        body = json.dumps(snapshot, sort_keys=True, separators=(",", ":"), default=str)
-        key = f"{snapshot.get('session_id')}:{hashlib.sha256(body.encode()).hexdigest()}"
+    def session_for(self, env: JobEnvelope) -> Session:
+        """The envelope's session: from the cache by digest, else restored (see the module docstring)."""
+        digest = env.snapshot_digest
+        if digest is not None:
+            with self._lock:
+                session = self._sessions.get(digest)
+                if session is not None:
+                    self._sessions.move_to_end(digest)
+                    return session
+        if env.snapshot is not None:
+            snapshot = env.snapshot
+            actual = snapshot_digest(snapshot_json(snapshot))
+        else:
+            assert digest is not None  # JobEnvelope requires one of the two
+            snapshot, actual = self._stored_snapshot(digest), digest
+        if digest is not None and actual != digest:
+            raise InvalidArgument(
+                f"job envelope: the inline snapshot does not match snapshot_digest {digest[:12]}…",
+                path="snapshot_digest",
+            )
+        return self.session(snapshot, actual)
+
+    def _stored_snapshot(self, digest: str) -> dict[str, Any]:
+        with redis_errors("fleet.snapshot"):
+            body = self.client.get(self.keys.snapshot(digest))
+        if body is None:
+            # Lost with the run's other state (ended, expired, Redis restarted empty): the same
+            # typed failure the orchestrator reports for a run whose state Redis lost.
+            raise Transport(
+                f"fleet: session snapshot {digest[:12]}… is no longer in redis (its run ended, expired or "
+                "was lost)",
+                op="redis",
+            )
+        if isinstance(body, bytes):
+            body = body.decode()
+        if snapshot_digest(body) != digest:
+            raise InvalidArgument(f"stored session snapshot {digest[:12]}… does not match its digest")
+        snapshot = json.loads(body)
+        if not isinstance(snapshot, dict):
+            raise InvalidArgument(f"stored session snapshot {digest[:12]}… is not a JSON object")
+        return snapshot
+
+    def session(self, snapshot: dict[str, Any], digest: str | None = None) -> Session:
+        """A session for ``snapshot`` (``digest``: its ``snapshot_digest``, computed when omitted)."""
+        key = digest or snapshot_digest(snapshot_json(snapshot))
         with self._lock:
             session = self._sessions.get(key)
             if session is not None:
@@ -138,10 +188,10 @@ class WorkerRuntime:
                 with redis_errors("fleet.publish"):
                     # The job's buffered events ride in the same pipeline, just before its result.
                     [pushed] = self.events.send_with(
-                        lambda pipe: self._publish(
-                            keys=[self.keys.run(run_id), self.keys.results(run_id)],
-                            args=[item, RESULTS_TTL_MS, index],
-                            client=pipe,
+                        # EVAL, not a registered script: see ``workers.event_pump`` (no extra round trip).
+                        lambda pipe: pipe.eval(
+                            PUBLISH_LUA, 2, self.keys.run(run_id), self.keys.results(run_id),
+                            item, RESULTS_TTL_MS, index,
                         )
                     )
                 return bool(pushed)

@@ -20,8 +20,8 @@ from config.settings import Settings
 from kernel.options import SessionOptions
 from kernel.policy import PermissionPolicy
 from orchestrator import Agent
-from workers.jobs import Delivery, run_job
-from workers.protocol import FleetKeys
+from workers.jobs import Delivery, return_value, run_job
+from workers.protocol import FleetKeys, snapshot_digest, snapshot_json
 from workers.runtime import WorkerRuntime
 
 pytestmark = pytest.mark.fleet
@@ -183,3 +183,62 @@ def test_k8_poison_guard_still_stops_a_read_only_job_that_keeps_killing_workers(
     rt.client.set(FleetKeys().deliveries(task_id), 1)  # one counted redelivery died too
     data = run_job(_envelope(workspace, run_id), Delivery(task_id, redelivered=True), rt)
     assert data["error_kind"]["reason"] == "poison_job" and data["error_kind"]["deliveries"] == 2
+
+
+def test_f1_envelope_names_its_snapshot_by_digest_and_a_worker_reads_it_once(
+    rt: WorkerRuntime, run_id: str, workspace: Path
+) -> None:
+    """The snapshot crosses once per run: stored under its content-addressed key, named by digest in
+    every envelope; the worker restores it on a miss and serves later jobs from its cache."""
+    body = snapshot_json(_snapshot(workspace))
+    digest = snapshot_digest(body)
+    key = FleetKeys().snapshot(digest)
+    rt.client.set(key, body, px=60_000)
+    env = {"snapshot_digest": digest, "tool": "read", "args": {"file_path": "README.md"}, "run_id": run_id}
+    first = run_job({**env, "branch_index": 0}, Delivery(str(uuid.uuid4())), rt)
+    assert first["exit_code"] == 0 and "hello world" in first["output"]
+    rt.client.delete(key)
+    cached = run_job({**env, "branch_index": 1}, Delivery(str(uuid.uuid4())), rt)
+    assert cached["exit_code"] == 0 and "hello world" in cached["output"]
+    assert [item["index"] for item in _published(rt, run_id)] == [0, 1]
+
+
+def test_k8_a_snapshot_that_is_gone_or_does_not_match_its_digest_is_a_typed_failure(
+    rt: WorkerRuntime, run_id: str, workspace: Path
+) -> None:
+    snapshot = _snapshot(workspace)
+    unknown = "0" * 64
+    gone = run_job(
+        {"snapshot_digest": unknown, "tool": "read", "args": {}, "run_id": run_id, "branch_index": 0},
+        Delivery(str(uuid.uuid4())),
+        rt,
+    )
+    assert gone["error_kind"]["type"] == "transport" and gone["error_kind"]["op"] == "redis"
+    # Inline snapshot and digest disagree: the worker never caches a session under a wrong digest.
+    forged = run_job(
+        _envelope(workspace, run_id, snapshot=snapshot, snapshot_digest="1" * 64, branch_index=1),
+        Delivery(str(uuid.uuid4())),
+        rt,
+    )
+    assert forged["error_kind"]["type"] == "invalid_argument"
+    assert forged["error_kind"]["path"] == "snapshot_digest"
+    # A stored body that is not what its key names.
+    rt.client.set(FleetKeys().snapshot("2" * 64), snapshot_json(snapshot), px=60_000)
+    tampered = run_job(
+        {"snapshot_digest": "2" * 64, "tool": "read", "args": {}, "run_id": run_id, "branch_index": 2},
+        Delivery(str(uuid.uuid4())),
+        rt,
+    )
+    rt.client.delete(FleetKeys().snapshot("2" * 64))
+    assert tampered["error_kind"]["type"] == "invalid_argument" and "digest" in tampered["output"]
+    neither = run_job(
+        {"tool": "read", "args": {}, "run_id": run_id, "branch_index": 3}, Delivery(str(uuid.uuid4())), rt
+    )
+    assert neither["error_kind"]["type"] == "invalid_argument"
+    assert sorted(item["index"] for item in _published(rt, run_id)) == [0, 1, 2, 3]
+
+
+def test_f1_a_job_whose_caller_ignores_celerys_result_returns_only_a_summary() -> None:
+    """The full result travels on the run's result list; Celery's return value is a short summary."""
+    data = {"name": "read", "output": "x" * 10_000, "exit_code": 1, "error_kind": {"type": "timeout"}}
+    assert return_value(data) == {"name": "read", "exit_code": 1, "error_kind": "timeout"}
