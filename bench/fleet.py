@@ -3,9 +3,9 @@
     python -m bench.fleet [--redis redis://127.0.0.1:6379/8] [--pool prefork] [--concurrency 2]
                           [--rounds 30] [--jobs 512]
 
-1. Round trip of a 32-branch fan-out of no-op *tool* jobs (``session.fan_out``: snapshot in every
-   envelope, delivery counter, step-store claim/complete, kernel pipeline with projection and
-   evidence, result list) vs a bare Celery ``group`` of 32 no-op tasks (``.get()``). Target <= 1.5x.
+1. Round trip of a 32-branch fan-out of no-op *tool* jobs (``session.fan_out``: envelopes naming
+   the run's stored snapshot by digest, kernel pipeline with projection and evidence, the session's
+   event stream, result list; the no-op is read-only and idempotent, so no step-store claim) vs a bare Celery ``group`` of 32 no-op tasks (``.get()``). Target <= 1.5x.
 2. Sustained throughput: ``--jobs`` no-op tool jobs as concurrent 32-branch fan-outs vs the same
    number of bare tasks in one group. Target >= 0.8x.
 

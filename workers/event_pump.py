@@ -76,7 +76,9 @@ class EventPump:
                 else:
                     groups.append((key, [payload]))
             for key, payloads in groups:
-                pipe.eval(EMIT_MANY_LUA, 2, key, f"{key}:seq", EVENT_STREAM_MAX_LEN, EVENT_STREAM_TTL_MS, *payloads)
+                pipe.eval(
+                    EMIT_MANY_LUA, 2, key, f"{key}:seq", EVENT_STREAM_MAX_LEN, EVENT_STREAM_TTL_MS, *payloads
+                )
             if extra is not None:
                 extra(pipe)
             try:

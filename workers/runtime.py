@@ -7,8 +7,8 @@ snapshots are cached by the snapshot's digest (``workers.protocol.snapshot_diges
 branches name the same digest: one restore per process, and no per-job hashing when the envelope
 names the digest), at most ``MAX_CACHED_SESSIONS``, least recently used evicted. On a miss the
 snapshot comes inline from the envelope or from the run's ``snapshot:{digest}`` key, and must hash
-to the digest the envelope names. Every restored session sends its events to the session's Redis Stream as well, through
-the process's ``EventPump`` (buffered, sent with the job's own Redis traffic).
+to the digest the envelope names. Every restored session sends its events to the session's Redis
+Stream as well, through the process's ``EventPump`` (buffered, sent with the job's own Redis traffic).
 
 ``publish`` pushes a finished job's ``ToolResult`` onto its run's result list (``PUBLISH_LUA``), in one
 pipeline with the events still buffered, retrying for ``PUBLISH_RETRY_S`` across a Redis blip; the
@@ -190,8 +190,13 @@ class WorkerRuntime:
                     [pushed] = self.events.send_with(
                         # EVAL, not a registered script: see ``workers.event_pump`` (no extra round trip).
                         lambda pipe: pipe.eval(
-                            PUBLISH_LUA, 2, self.keys.run(run_id), self.keys.results(run_id),
-                            item, RESULTS_TTL_MS, index,
+                            PUBLISH_LUA,
+                            2,
+                            self.keys.run(run_id),
+                            self.keys.results(run_id),
+                            item,
+                            RESULTS_TTL_MS,
+                            index,
                         )
                     )
                 return bool(pushed)
