@@ -7,6 +7,7 @@ import contextlib
 import random
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -57,17 +58,20 @@ def _next_delay(delay: float) -> float:
     return min(delay * 2, POLL_MAX_S) * (0.5 + random.random() / 2)
 
 
-class BulkheadBase:
+class BulkheadBase(ABC):
     """Waiting, blocking and scoped holding, built on a back end's atomic ``try_acquire``."""
 
+    @abstractmethod
     def try_acquire(self, name: str, limit: int, *, lease_ms: int = BULKHEAD_LEASE_MS) -> Lease | None:
-        raise NotImplementedError
+        """Admit one holder now (atomically) or answer None; never over-admits."""
 
+    @abstractmethod
     def renew(self, lease: Lease, *, lease_ms: int = BULKHEAD_LEASE_MS) -> Lease | None:
-        raise NotImplementedError
+        """Extend a live lease; None when it already expired (its permit was freed)."""
 
+    @abstractmethod
     def release(self, lease: Lease) -> bool:
-        raise NotImplementedError
+        """Free the permit; False when the lease had already expired."""
 
     async def acquire(
         self, name: str, limit: int, timeout_s: float, *, lease_ms: int = BULKHEAD_LEASE_MS
