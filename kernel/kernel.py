@@ -150,6 +150,55 @@ class Kernel:
             if task is not None:
                 self._tasks.discard(task)
 
+    async def admit_host(self, name: str, args: Any) -> Any:
+        """The stages of a trusted host-direct call that must run *here* when it executes elsewhere.
+
+        A fleet branch runs on a worker whose kernel has the session's JSON policy but not its host
+        callables, so the pre-tool hooks (which no origin skips, K-3) run here first: resolve,
+        validate, pre-hooks (a rewrite is validated again). Returns the admitted arguments, or the
+        released failure ``ToolResult`` of a call that was refused (its events emitted here).
+        """
+        if not self.options.pre_tool_hooks:
+            return args  # nothing host-side to run; the worker's kernel resolves and validates
+        inv = Invocation(
+            name, args, Origin.HOST_DIRECT, ControlPlane.TRUSTED, self.ids("call"), self.registry.scoped()
+        )
+        label = event_label(inv.origin, inv.plane)
+        t0 = self.clock.monotonic()
+        spec: ToolSpec | None = None
+        try:
+            spec = inv.scope.resolve(name)
+            params = spec.validate(args)
+            await self._pre_hooks(inv, spec, params, label)
+            return inv.args
+        except ToolError as err:
+            self._emit("tool_start", inv, label, {"args": _bounded_args(args), "depth": 0})
+            return self._release(
+                inv, spec, ToolResult.failure(name, err), Lifecycle(), _terminal_for(err), label, t0
+            )
+
+    async def post_remote(self, name: str, args: Any, result: ToolResult) -> ToolResult:
+        """Post-tool hooks for a call that executed elsewhere; a replacement is sanitised and projected here."""
+        replaced = False
+        for hook in self.options.post_tool_hooks:
+            post = PostToolInput(
+                self.session_id,
+                "",
+                None,
+                name,
+                freeze(args),
+                event_label(Origin.HOST_DIRECT, ControlPlane.TRUSTED),
+                result,
+                int(result.metadata.get("a3s_fleet", {}).get("duration_ms", 0) or 0),
+            )
+            out = await call_maybe_async(hook, post)
+            if isinstance(out, ToolResult):
+                result, replaced = out, True
+        if replaced:
+            result.output = self.redactor.redact(result.output)
+            result.output, result.metadata = self.projector.project(name, result.output, result.metadata)
+        return result
+
     def close(self) -> None:
         """K-6: cancel every running call through the session's cancel scope."""
         self.closed = True

@@ -31,6 +31,7 @@ from kernel.projection import Projector, ToolResultTransformPolicyV1, compact_ch
 from kernel.registry import Registry
 from kernel.spec import ToolSpec
 from kernel.workspace import Workspace
+from orchestrator.fanout import HostGatedRunner
 from orchestrator.loop import LoopThread
 from orchestrator.session import Session
 from orchestrator.snapshot import check_snapshot
@@ -184,9 +185,10 @@ class Agent:
         if not self.settings.embedded:
             from orchestrator.dispatch import CeleryRunner
 
-            session.runner = CeleryRunner(
-                self.fleet_app(), session.snapshot, self.settings, session_id=session.id
-            )
+            remote = CeleryRunner(self.fleet_app(), session.snapshot, self.settings, session_id=session.id)
+            # Host hooks are code, not snapshot data: they run here around each remote branch.
+            hooks = options.pre_tool_hooks or options.post_tool_hooks
+            session.runner = HostGatedRunner(kernel, remote) if hooks else remote
         self._sessions.append(session)
         return session
 

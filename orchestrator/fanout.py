@@ -203,3 +203,30 @@ class InProcessRunner:
 
     async def run_branch(self, run_id: str, index: int, branch: Branch) -> ToolResult:
         return await self.kernel.invoke_host(branch.tool, branch.args)
+
+
+class HostGatedRunner:
+    """A remote runner whose branches keep the session's host callables (K-3 in the fleet).
+
+    Pre-tool hooks run in this process before a branch is sent (a denial never leaves the host; a
+    rewrite is what the worker receives); post-tool hooks run here on the result that comes back.
+    Policy, budget and limits travel in the snapshot and are enforced by the worker's kernel.
+    """
+
+    def __init__(self, kernel: Any, remote: BranchRunner) -> None:
+        self.kernel = kernel
+        self.remote = remote
+
+    async def run_branch(self, run_id: str, index: int, branch: Branch) -> ToolResult:
+        admitted = await self.kernel.admit_host(branch.tool, branch.args)
+        if isinstance(admitted, ToolResult):
+            return admitted
+        result = await self.remote.run_branch(
+            run_id, index, Branch(branch.tool, admitted, branch.description)
+        )
+        return await self.kernel.post_remote(branch.tool, admitted, result)
+
+    async def aclose(self) -> None:
+        closer = getattr(self.remote, "aclose", None)
+        if closer is not None:
+            await closer()
