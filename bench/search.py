@@ -1,7 +1,7 @@
 """Benchmark the search tool against its peers on a copy of the Python standard library tree.
 
 Run from the repository root: ``.venv/bin/python -m bench.search`` (needs the ``bench`` extra:
-rank-bm25, bm25s). One run prints every figure issue 4 asks for, each row saying what it covers:
+rank-bm25, bm25s, tantivy — ``.venv/bin/pip install -e ".[bench]"``). One run prints every figure issue 4 asks for, each row saying what it covers:
 
 1. grep, ``content`` and ``files_with_matches``: ``rg`` run directly (``rg -n`` / ``rg -l``, its
    output captured) against the search tool with the rg engine and with the pure-Python engine,
