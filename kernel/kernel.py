@@ -18,8 +18,9 @@ their origin is decided by ``_child_origin``, never by the caller.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
@@ -198,6 +199,19 @@ class Kernel:
             result.output = self.redactor.redact(result.output)
             result.output, result.metadata = self.projector.project(name, result.output, result.metadata)
         return result
+
+    @contextlib.contextmanager
+    def cancel_scope(self) -> Iterator[None]:
+        """Put the current task in the session's cancel scope (work driven from outside the
+        pipeline, e.g. a direct call the fleet runs on a worker): ``close()`` cancels it too."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            yield
+        finally:
+            if task is not None:
+                self._tasks.discard(task)
 
     def close(self) -> None:
         """K-6: cancel every running call through the session's cancel scope."""

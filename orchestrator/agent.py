@@ -189,6 +189,7 @@ class Agent:
             # Host hooks are code, not snapshot data: they run here around each remote branch.
             hooks = options.pre_tool_hooks or options.post_tool_hooks
             session.runner = HostGatedRunner(kernel, remote) if hooks else remote
+            session.remote = True
         self._sessions.append(session)
         return session
 

@@ -57,14 +57,38 @@ class Session:
         self._memory = memory
         self._closed = False
         self._closers: list[Callable[[], None]] = []
-        # How fan-out branches run: in this process by default; the fleet swaps in a Celery runner.
+        # How fan-out branches run: in this process by default; the fleet swaps in a Celery runner
+        # and sets `remote`, which sends trusted host-direct calls to the workers as well (F-1).
         self.runner: BranchRunner = InProcessRunner(kernel)
+        self.remote = False
 
     # ---- calls --------------------------------------------------------------------------------
 
     def tool(self, name: str, args: dict[str, Any] | None = None) -> ToolResult:
-        """Trusted host-direct call: skips model-side permission and confirmation, never the pre-hooks."""
-        return self._wait(self.kernel.invoke_host(name, args or {}), name)
+        """Trusted host-direct call: skips model-side permission and confirmation, never the pre-hooks.
+
+        In fleet mode (``remote``) the call is a one-branch run on a worker, like a fan-out branch:
+        pre/post hooks still run here, and the session's JSON tool state comes back with the result.
+        """
+        return self._wait(self._host_call(name, args or {}), name)
+
+    async def _host_call(self, name: str, args: dict[str, Any]) -> ToolResult:
+        if not self.remote:
+            return await self.kernel.invoke_host(name, args)
+        with self.kernel.cancel_scope():
+            run = await fan_out(
+                self.runner,
+                self.kernel.ids("call"),
+                [Branch(name, args, f"{name} (direct call)")],
+                FanOutPolicy(),
+            )
+        outcome = run.outcomes[0]
+        if outcome.result is None:
+            return ToolResult.failure(name, Cancelled(f"Tool '{name}' cancelled", op=name))
+        state = outcome.result.metadata.get("a3s_fleet", {}).pop("session_state", None)
+        if isinstance(state, dict):
+            self.kernel.session_state.update(state)
+        return outcome.result
 
     def governed_tool(self, name: str, args: dict[str, Any] | None = None) -> ToolResult:
         """Host-direct call that still goes through permission policy and confirmation."""
@@ -75,7 +99,7 @@ class Session:
         return self._wait(self.kernel.invoke_agent(name, args or {}), name)
 
     def tool_async(self, name: str, args: dict[str, Any] | None = None) -> Awaitable[ToolResult]:
-        return self._future(self.kernel.invoke_host(name, args or {}))
+        return self._future(self._host_call(name, args or {}))
 
     def governed_tool_async(self, name: str, args: dict[str, Any] | None = None) -> Awaitable[ToolResult]:
         return self._future(self.kernel.invoke_host(name, args or {}, governed=True))

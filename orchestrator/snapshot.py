@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 SNAPSHOT_SCHEMA = "a3s.fleet.session-snapshot.v1"
 
 
-def _json_safe(state: dict[str, Any]) -> dict[str, Any]:
+def json_safe(state: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``state`` that survive JSON (objects such as indexes stay behind)."""
     out: dict[str, Any] = {}
     for key, value in state.items():
         try:
@@ -45,7 +46,7 @@ def build_snapshot(kernel: Kernel, workspace_name: str) -> dict[str, Any]:
         },
         "transform_binding": policy.binding(),
         "budget_used": kernel.budget.usage(),
-        "session_state": _json_safe(kernel.session_state),
+        "session_state": json_safe(kernel.session_state),
         "host_tools": [n for n in kernel.registry.names() if not kernel.registry.get(n).builtin],  # type: ignore[union-attr]
     }
 

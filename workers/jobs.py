@@ -43,6 +43,7 @@ from kernel.errors import Cancelled, InvalidArgument, Timeout, ToolError, Transp
 from kernel.result import ToolResult
 from kernel.state import Busy, Completed, StepKey
 from orchestrator.session import Session
+from orchestrator.snapshot import json_safe
 from workers.poison import DeliveryCheck, check_delivery, is_poison, poison_error
 from workers.protocol import ALLOWED_ORIGINS, TOOL_TASK, JobEnvelope
 from workers.runtime import WorkerRuntime, runtime_for
@@ -243,7 +244,11 @@ def _call(
         if env.origin == "host_direct"
         else kernel.invoke_agent(env.tool, env.args)
     )
-    return rt.drive(_supervise(coro, env, delivery, rt, deadline, step))
+    result = rt.drive(_supervise(coro, env, delivery, rt, deadline, step))
+    # The session's JSON-safe tool state after the call (e.g. the bash working directory): a direct
+    # call run on a worker hands it back so the orchestrator's session keeps it (Session.tool).
+    result.metadata.setdefault("a3s_fleet", {})["session_state"] = json_safe(kernel.session_state)
+    return result
 
 
 async def _supervise(

@@ -21,9 +21,9 @@ def test_s5_orchestrator_and_worker_events_share_the_session_stream(
     (tmp_path / "a.txt").write_text("alpha\n")
     with Agent(fleet.settings()) as agent:
         session = agent.session(tmp_path)
-        local = session.tool("ls", {})  # runs here, in the orchestrator
+        local = session.tool("ls", {})  # a direct call: a one-branch job in fleet mode
         assert local.exit_code == 0
-        fan = session.fan_out([Branch("read", {"file_path": "a.txt"}, "read a")])  # runs on a worker
+        fan = session.fan_out([Branch("read", {"file_path": "a.txt"}, "read a")])  # a fan-out branch
         assert fan.status == "complete"
         sid = session.id
     out = subprocess.run(
