@@ -11,8 +11,6 @@ Blocking scans run in a worker thread under a Guard (deadline + cancellation; ri
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal
 
@@ -24,13 +22,12 @@ from kernel.errors import InvalidArgument
 from kernel.result import ToolResult
 from kernel.spec import ToolSpec
 from tools.search import bm25_mode, grep
-from tools.search.bm25 import Bm25Cache
 from tools.search.glob import run_glob
+from tools.search.offload import bm25_cache, in_thread
 
 NAME = "search"
 ALL_MODES = ("grep", "glob", "bm25", "semantic", "hybrid")
 RETRIEVAL_MODES = ("semantic", "hybrid")
-CANCEL_SETTLE_S = 2.0
 
 ModeRunner = Callable[[ToolContext, Any], Awaitable["ToolResult | str"]]
 
@@ -139,40 +136,6 @@ def _refuse_args(params: Any, mode: str, names: Iterable[str]) -> None:
             raise InvalidArgument(f"{name} does not apply to search mode '{mode}'")
 
 
-async def _in_thread(
-    ctx: ToolContext, op: str, fn: Callable[[grep.Guard], tuple[str, dict[str, Any]]]
-) -> tuple[str, dict[str, Any]]:
-    """Run blocking scan work in a thread; a timeout or cancellation stops it (and kills ripgrep)."""
-    stop = _Either(ctx.cancelled)
-    guard = grep.Guard(ctx.remaining_s(), stop, op)  # type: ignore[arg-type]
-    loop = asyncio.get_running_loop()
-    fut = loop.run_in_executor(None, fn, guard)
-    try:
-        return await asyncio.shield(fut)
-    except asyncio.CancelledError:
-        stop.local.set()
-        await asyncio.wait([fut], timeout=CANCEL_SETTLE_S)
-        raise
-
-
-class _Either:
-    """An Event-like view that is set when the call's own event or our local one is set."""
-
-    def __init__(self, outer: threading.Event) -> None:
-        self.outer = outer
-        self.local = threading.Event()
-
-    def is_set(self) -> bool:
-        return self.outer.is_set() or self.local.is_set()
-
-
-def _session_cache(ctx: ToolContext) -> Bm25Cache:
-    cache = ctx.session_state.get(bm25_mode.SESSION_KEY)
-    if not isinstance(cache, Bm25Cache):
-        cache = ctx.session_state.setdefault(bm25_mode.SESSION_KEY, Bm25Cache())
-    return cache
-
-
 async def _run_grep(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
     _refuse_args(p, "grep", ("sort",))
     mode = p.output_mode or "content"
@@ -219,7 +182,7 @@ async def _run_grep(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
         meta["engine"] = engine.name
         return text, meta
 
-    return await _in_thread(ctx, "search.grep", work)
+    return await in_thread(ctx, "search.grep", work)
 
 
 async def _run_glob(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
@@ -238,7 +201,7 @@ async def _run_glob(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
             guard=guard,
         )
 
-    return await _in_thread(ctx, "search.glob", work)
+    return await in_thread(ctx, "search.glob", work)
 
 
 async def _run_bm25(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
@@ -255,7 +218,7 @@ async def _run_bm25(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
         raise InvalidArgument("query must not be blank")
     bm25_mode.check_query(p.query)
     setting = grep.engine_setting(ctx)
-    cache = _session_cache(ctx)
+    cache = bm25_cache(ctx)
 
     def work(guard: grep.Guard) -> tuple[str, dict[str, Any]]:
         return bm25_mode.run_bm25(
@@ -270,7 +233,7 @@ async def _run_bm25(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
             cache=cache,
         )
 
-    return await _in_thread(ctx, "search.bm25", work)
+    return await in_thread(ctx, "search.bm25", work)
 
 
 _BUILTIN_RUNNERS: dict[str, Callable[[ToolContext, Any], Awaitable[tuple[str, dict[str, Any]]]]] = {

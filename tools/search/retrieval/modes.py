@@ -16,8 +16,6 @@ resumed session rebuilds lazily); the first call creates and starts it. Invarian
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +29,7 @@ from kernel.workspace import Workspace
 from tools.search import bm25, bm25_mode, grep
 from tools.search.grep_py import decode_text
 from tools.search.ignore import compile_glob
+from tools.search.offload import bm25_cache, in_thread
 from tools.search.retrieval import chunks as chunking
 from tools.search.retrieval import hybrid
 from tools.search.retrieval.config import config_from_services, make_embedder
@@ -48,7 +47,6 @@ CANDIDATE_FACTOR = 4  # candidates freshness-checked per requested result
 MAX_CANDIDATES = 100
 MAX_RESCORES = 8  # stale semantic hits re-embedded per query; the rest are dropped
 MAX_RENDERED_LINE_BYTES = 500
-CANCEL_SETTLE_S = 2.0
 
 
 # --- the session's index -----------------------------------------------------------------------------
@@ -397,34 +395,6 @@ def render(
 # --- the runners -------------------------------------------------------------------------------------
 
 
-class _Either:
-    def __init__(self, outer: threading.Event) -> None:
-        self.outer = outer
-        self.local = threading.Event()
-
-    def is_set(self) -> bool:
-        return self.outer.is_set() or self.local.is_set()
-
-
-async def _in_thread(ctx: ToolContext, op: str, fn: Callable[[grep.Guard], ToolResult]) -> ToolResult:
-    stop = _Either(ctx.cancelled)
-    guard = grep.Guard(ctx.remaining_s(), stop, op)  # type: ignore[arg-type]
-    fut = asyncio.get_running_loop().run_in_executor(None, fn, guard)
-    try:
-        return await asyncio.shield(fut)
-    except asyncio.CancelledError:
-        stop.local.set()
-        await asyncio.wait([fut], timeout=CANCEL_SETTLE_S)
-        raise
-
-
-def _bm25_cache(ctx: ToolContext) -> bm25.Bm25Cache:
-    cache = ctx.session_state.get(bm25_mode.SESSION_KEY)
-    if not isinstance(cache, bm25.Bm25Cache):
-        cache = ctx.session_state.setdefault(bm25_mode.SESSION_KEY, bm25.Bm25Cache())
-    return cache
-
-
 async def run_mode(ctx: ToolContext, mode: str, params: Any) -> ToolResult:
     if mode not in ("semantic", "hybrid"):
         raise InvalidArgument(f"retrieval serves modes 'semantic' and 'hybrid', not {mode!r}")
@@ -433,7 +403,7 @@ async def run_mode(ctx: ToolContext, mode: str, params: Any) -> ToolResult:
     index, created = session_index(ctx)
     wait_s = config_from_services(ctx.services).first_query_wait_s if created else 0.0
     setting = grep.engine_setting(ctx)
-    cache = _bm25_cache(ctx) if mode == "hybrid" else None
+    cache = bm25_cache(ctx) if mode == "hybrid" else None
 
     def work(guard: grep.Guard) -> ToolResult:
         if wait_s > 0:
@@ -461,4 +431,4 @@ async def run_mode(ctx: ToolContext, mode: str, params: Any) -> ToolResult:
             index.refresh(sorted(fresh.stale_paths))
         return render(mode, req, hits, fresh, index.status(), extra, notes)
 
-    return await _in_thread(ctx, f"search.{mode}", work)
+    return await in_thread(ctx, f"search.{mode}", work)
