@@ -139,17 +139,11 @@ class Kernel:
         self, name: str, args: Any, origin: Origin, plane: ControlPlane | None
     ) -> ToolResult:
         inv = Invocation(name, args, origin, plane, self.ids("call"), self.registry.scoped())
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-        try:
+        with self.cancel_scope():
             if self._session_slots is None:
                 self._session_slots = asyncio.Semaphore(self.options.max_concurrent_calls)
             async with self._session_slots:
                 return await self.invoke(inv)
-        finally:
-            if task is not None:
-                self._tasks.discard(task)
 
     async def admit_host(self, name: str, args: Any) -> Any:
         """The stages of a trusted host-direct call that must run *here* when it executes elsewhere.

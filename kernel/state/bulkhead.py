@@ -8,7 +8,7 @@ import random
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -73,6 +73,28 @@ class BulkheadBase(ABC):
     def release(self, lease: Lease) -> bool:
         """Free the permit; False when the lease had already expired."""
 
+    def _attempt(
+        self,
+        name: str,
+        limit: int,
+        timeout_s: float,
+        lease_ms: int,
+        elapsed: Callable[[], float],
+        delay: float,
+    ) -> Lease | float:
+        """One admission attempt: the lease (with its wait), or how long to sleep before the next."""
+        lease = self.try_acquire(name, limit, lease_ms=lease_ms)
+        waited = elapsed()
+        if lease is not None:
+            return replace(lease, wait_ms=int(waited * 1000))
+        if waited >= timeout_s:
+            raise Timeout(
+                f"bulkhead {name!r} full ({limit} holders) for {timeout_s:.3f}s",
+                op="bulkhead",
+                duration_ms=int(waited * 1000),
+            )
+        return min(delay, max(timeout_s - waited, 0.0))
+
     async def acquire(
         self, name: str, limit: int, timeout_s: float, *, lease_ms: int = BULKHEAD_LEASE_MS
     ) -> Lease:
@@ -80,17 +102,10 @@ class BulkheadBase(ABC):
         start = loop.time()
         delay = POLL_MIN_S
         while True:
-            lease = self.try_acquire(name, limit, lease_ms=lease_ms)
-            elapsed = loop.time() - start
-            if lease is not None:
-                return replace(lease, wait_ms=int(elapsed * 1000))
-            if elapsed >= timeout_s:
-                raise Timeout(
-                    f"bulkhead {name!r} full ({limit} holders) for {timeout_s:.3f}s",
-                    op="bulkhead",
-                    duration_ms=int(elapsed * 1000),
-                )
-            await asyncio.sleep(min(delay, max(timeout_s - elapsed, 0.0)))
+            step = self._attempt(name, limit, timeout_s, lease_ms, lambda: loop.time() - start, delay)
+            if isinstance(step, Lease):
+                return step
+            await asyncio.sleep(step)
             delay = _next_delay(delay)
 
     def acquire_blocking(
@@ -99,17 +114,10 @@ class BulkheadBase(ABC):
         start = time.monotonic()
         delay = POLL_MIN_S
         while True:
-            lease = self.try_acquire(name, limit, lease_ms=lease_ms)
-            elapsed = time.monotonic() - start
-            if lease is not None:
-                return replace(lease, wait_ms=int(elapsed * 1000))
-            if elapsed >= timeout_s:
-                raise Timeout(
-                    f"bulkhead {name!r} full ({limit} holders) for {timeout_s:.3f}s",
-                    op="bulkhead",
-                    duration_ms=int(elapsed * 1000),
-                )
-            time.sleep(min(delay, max(timeout_s - elapsed, 0.0)))
+            step = self._attempt(name, limit, timeout_s, lease_ms, lambda: time.monotonic() - start, delay)
+            if isinstance(step, Lease):
+                return step
+            time.sleep(step)
             delay = _next_delay(delay)
 
     @contextlib.asynccontextmanager
