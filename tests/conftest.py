@@ -1,13 +1,19 @@
-"""Shared fixtures: an embedded ``Agent`` per test module and a small workspace tree."""
+"""Shared fixtures: an embedded ``Agent`` per test module, a small workspace tree, and a private Redis.
+
+``redis_urls`` starts one ``redis-server`` on a free loopback port for the whole test session (see
+``tests/redis_server.py``): no test touches a Redis it did not start, unless ``A3S_TEST_REDIS_URL``
+names an *empty* database to use instead.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from orchestrator import Agent
+from tests.redis_server import RedisServer, check_given_url, free_port, given_url, redis_server_available
 
 
 @pytest.fixture(scope="module")
@@ -25,3 +31,22 @@ def workspace(tmp_path: Path) -> Path:
     (tmp_path / "README.md").write_text("# demo\n\nhello world\n")
     (tmp_path / "notes.txt").write_text("".join(f"line {i}\n" for i in range(1, 301)))
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def redis_urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[int], str]]:
+    """``redis_urls(db)``: a URL of the test session's own Redis (or of the one the user gave)."""
+    url = given_url()
+    if url is not None:
+        problem = check_given_url(url)
+        if problem:
+            pytest.fail(problem, pytrace=False)
+        yield lambda _db: url
+        return
+    if not redis_server_available():
+        pytest.skip("these tests need redis-server (apt-get install redis-server)")
+    server = RedisServer(free_port(), tmp_path_factory.mktemp("redis")).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()

@@ -1,5 +1,5 @@
-"""Fleet fixtures: real Redis (127.0.0.1:6379, DB 9, flushed once per session), a unique queue per test
-session, and real ``a3s-fleet worker`` subprocesses, each in its own process group so teardown (and
+"""Fleet fixtures: the test session's own ``redis-server`` (``tests/redis_server.py``), a unique queue per
+test session, and real ``a3s-fleet worker`` subprocesses, each in its own process group so teardown (and
 the kill test) can SIGKILL a worker with all its pool children — no orphan processes survive a test.
 
 Workers load ``tests.fleet.fixture_tools`` through ``A3S_EXTRA_TOOLS``; so does every ``Agent`` built
@@ -16,28 +16,20 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from config.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-REDIS_URL = "redis://127.0.0.1:6379/9"
 EXTRA_TOOLS = "tests.fleet.fixture_tools"
 WORKER_READY_S = 30.0
 STOP_GRACE_S = 5.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -73,15 +65,8 @@ class FleetEnv:
 
 
 @pytest.fixture(scope="session")
-def fleet_redis() -> str:
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        client.ping()
-    except redis.ConnectionError as exc:
-        pytest.skip(f"fleet tests need a Redis server on {REDIS_URL}: {exc}")
-    client.flushdb()
-    client.close()
-    return REDIS_URL
+def fleet_redis(redis_urls: Callable[[int], str]) -> str:
+    return redis_urls(9)
 
 
 @pytest.fixture(scope="session")

@@ -15,8 +15,9 @@ import pytest
 
 from orchestrator import Agent
 from orchestrator.fanout import Branch
+from tests.redis_server import free_port
 
-from .conftest import ROOT, FleetEnv, WorkerProcess, free_port
+from .conftest import ROOT, FleetEnv, WorkerProcess
 
 pytestmark = pytest.mark.fleet
 

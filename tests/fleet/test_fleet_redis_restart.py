@@ -9,70 +9,25 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from orchestrator import Agent
 from orchestrator.fanout import Branch
+from tests.redis_server import RedisServer, free_port, redis_server_available
 
-from .conftest import FleetEnv, WorkerFactory, free_port
+from .conftest import FleetEnv, WorkerFactory
 
 pytestmark = pytest.mark.fleet
 
 
-class RedisServer:
-    def __init__(self, port: int, workdir: Path) -> None:
-        self.port = port
-        self.workdir = workdir
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        args = [
-            "redis-server",
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ]
-        args += ["--dir", str(self.workdir)]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
-        client.close()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-
-
 @pytest.fixture()
 def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    try:
-        subprocess.run(["redis-server", "--version"], check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"redis-server is not available: {exc}")
+    if not redis_server_available():
+        pytest.skip("redis-server is not available")
     server = RedisServer(free_port(), tmp_path)
     server.start()
     yield server

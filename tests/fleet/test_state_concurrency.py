@@ -1,5 +1,5 @@
 """Fleet state under real concurrency (SPEC F-4, W-3, W-4, F-3, S-5): several OS processes against
-one real Redis (127.0.0.1:6379, DB 15, a unique key prefix per test, deleted afterwards)."""
+one real Redis (the test session's own server, DB 15, a unique key prefix per test, deleted afterwards)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -20,18 +20,23 @@ from workers.state.coalesce import RedisFlightBackend
 
 pytestmark = pytest.mark.fleet
 
-URL = "redis://127.0.0.1:6379/15"
 CTX = multiprocessing.get_context("fork")  # children build their own clients after the fork
 SCOPE = BreakerScope("fleet", "concurrency")
 
 
+URL = ""  # set by the `url` fixture before any child forks: the children inherit it
+
+
+@pytest.fixture(scope="module", autouse=True)
+def url(redis_urls: Callable[[int], str]) -> str:
+    global URL
+    URL = redis_urls(15)
+    return URL
+
+
 @pytest.fixture()
-def prefix() -> Iterator[str]:
-    client = make_client(URL)
-    try:
-        client.ping()
-    except Exception as exc:
-        pytest.skip(f"no Redis on {URL}: {exc}")
+def prefix(url: str) -> Iterator[str]:
+    client = make_client(url)
     name = f"test-state-{uuid.uuid4().hex[:10]}"
     yield name
     keys = list(client.scan_iter(f"{name}:*", count=500))

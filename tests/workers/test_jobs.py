@@ -1,4 +1,4 @@
-"""Job functions without a Celery worker (SPEC K-1, K-8, F-3): ``run_job`` on a real Redis (DB 9).
+"""Job functions without a Celery worker (SPEC K-1, K-8, F-3): ``run_job`` on the tests' own real Redis.
 
 The envelope decides nothing it may not decide: only ``host_direct``/``agent`` origins, plain JSON;
 errors come back as typed data and still reach the run's result list; the poison guard and the
@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from config.settings import Settings
 from kernel.options import SessionOptions
@@ -26,17 +25,12 @@ from workers.runtime import WorkerRuntime
 
 pytestmark = pytest.mark.fleet
 
-URL = "redis://127.0.0.1:6379/9"
 TOOLS = "tests.fleet.fixture_tools"
 
 
 @pytest.fixture(scope="module")
-def rt() -> Iterator[WorkerRuntime]:
-    try:
-        redis.Redis.from_url(URL).ping()
-    except redis.ConnectionError as exc:
-        pytest.skip(f"needs Redis on {URL}: {exc}")
-    runtime = WorkerRuntime(Settings(broker_url=URL, extra_tools=TOOLS, max_deliveries=2))
+def rt(redis_urls: Callable[[int], str]) -> Iterator[WorkerRuntime]:
+    runtime = WorkerRuntime(Settings(broker_url=redis_urls(9), extra_tools=TOOLS, max_deliveries=2))
     yield runtime
     runtime.close()
 
