@@ -480,3 +480,18 @@ def _async_client(url: str) -> aioredis.Redis:
         socket_timeout=REDIS_SOCKET_TIMEOUT_S,
         socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
     )
+
+
+def fleet_app(settings: Settings) -> Any:
+    """The Celery app jobs are sent through (built from ``settings``; never the process default)."""
+    from workers.app import make_app
+
+    return make_app(settings)
+
+
+def fleet_session_sink(settings: Settings, session_id: str) -> Any:
+    """The sink that puts this process's events of ``session_id`` on the session's Redis Stream (S-5)."""
+    from orchestrator.event_stream import fleet_event_sink
+    from workers.runtime import state_url
+
+    return fleet_event_sink(state_url(settings), session_id)

@@ -15,10 +15,10 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+from flows.sessions import SessionCore
 from kernel.capabilities import ToolCapabilities
 from kernel.errors import Cancelled, ToolError, error_from_kind
-from kernel.events import Event, MemoryEventSink
-from kernel.kernel import Kernel
+from kernel.events import Event
 from kernel.result import ToolResult
 from kernel.spec import ToolSpec
 from orchestrator.fanout import (
@@ -30,10 +30,6 @@ from orchestrator.fanout import (
     ProgressFn,
     fan_out,
 )
-from orchestrator.loop import LoopThread
-from orchestrator.snapshot import build_snapshot
-
-CLOSE_SETTLE_S = 5.0
 
 
 class InvocationRuntime:
@@ -47,20 +43,20 @@ class InvocationRuntime:
 
 
 class Session:
-    def __init__(
-        self, kernel: Kernel, loop: LoopThread, memory: MemoryEventSink, workspace_name: str
-    ) -> None:
-        self.kernel = kernel
-        self.id = kernel.session_id
-        self.workspace_name = workspace_name
-        self._loop = loop
-        self._memory = memory
-        self._closed = False
-        self._closers: list[Callable[[], None]] = []
+    def __init__(self, core: SessionCore) -> None:
+        self.core = core
+        self.kernel = core.kernel
+        self.id = core.id
+        self.workspace_name = core.workspace_name
+        self._loop = core.loop
         # How fan-out branches run: in this process by default; the fleet swaps in a Celery runner
         # and sets `remote`, which sends trusted host-direct calls to the workers as well (F-1).
-        self.runner: BranchRunner = InProcessRunner(kernel)
+        self.runner: BranchRunner = InProcessRunner(core.kernel)
         self.remote = False
+
+    @property
+    def _closed(self) -> bool:
+        return self.core.closed
 
     # ---- calls --------------------------------------------------------------------------------
 
@@ -173,34 +169,21 @@ class Session:
     # ---- events, snapshot, artifacts, close ---------------------------------------------------
 
     def events(self, after_seq: int = 0) -> Iterator[Event]:
-        return iter(self._memory.snapshot(after_seq))
+        return iter(self.core.memory.snapshot(after_seq))
 
     def snapshot(self) -> dict[str, Any]:
-        return build_snapshot(self.kernel, self.workspace_name)
+        return self.core.snapshot()
 
     def read_artifact(self, uri: str) -> bytes:
         return self.kernel.artifacts.get(uri)
 
     def close(self) -> None:
         """K-6: cancel every running call (host-direct included) and wait for them to settle."""
-        if self._closed:
-            return
-        self._closed = True
-        done = self._loop.call(self.kernel.close)
-        done.result(timeout=CLOSE_SETTLE_S)
-        self._loop.run(self._drain(), timeout=CLOSE_SETTLE_S)
-        for closer in self._closers:
-            closer()
+        self.core.close()
 
     def on_close(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` when the session closes (after running calls were cancelled)."""
-        self._closers.append(fn)
-
-    async def _drain(self) -> None:
-        for _ in range(int(CLOSE_SETTLE_S / 0.01)):
-            if not self.kernel.active:
-                return
-            await asyncio.sleep(0.01)
+        self.core.on_close(fn)
 
     def __enter__(self) -> Session:
         return self

@@ -1,4 +1,9 @@
-"""The layout is the architecture (ARCHITECTURE.md; CONVENTIONS §1): imports flow one way."""
+"""The layout is the architecture (ARCHITECTURE.md; CONVENTIONS §1): imports flow one way.
+
+kernel ← tools ← flows ← orchestrator, and workers import kernel, tools and flows — never the
+orchestrator. The orchestrator reaches the workers only through its dispatcher (jobs out, results
+and events in) and the commands that run or inspect workers: no cycle across the fleet boundary.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,11 @@ FORBIDDEN = {
     "tools": {"celery", "redis", "kombu", "workers", "orchestrator", "flows"},
     "flows": {"celery", "redis", "kombu", "workers", "orchestrator"},
     "config": {"kernel", "tools", "flows", "workers", "orchestrator", "celery", "redis"},
+    "workers": {"orchestrator"},
 }
+# The orchestrator's only doors to workers/: the dispatcher, the event-stream client, and the CLI
+# commands that start or inspect workers (`worker`, `status`, `events`).
+ORCHESTRATOR_TO_WORKERS = {"dispatch.py", "event_stream.py", "cli_fleet.py"}
 
 
 def _imports(path: Path) -> set[str]:
@@ -32,6 +41,17 @@ def test_layers_import_only_downwards() -> None:
             bad = _imports(path) & forbidden
             if bad:
                 violations.append(f"{path.relative_to(ROOT)} imports {sorted(bad)}")
+    assert violations == []
+
+
+def test_the_orchestrator_reaches_workers_only_through_the_dispatcher() -> None:
+    """Issue 13 item 9: no cycle between orchestrator/ and workers/."""
+    violations = []
+    for path in sorted((ROOT / "orchestrator").rglob("*.py")):
+        if path.name in ORCHESTRATOR_TO_WORKERS or path.name.startswith("dispatch_"):
+            continue
+        if "workers" in _imports(path):
+            violations.append(str(path.relative_to(ROOT)))
     assert violations == []
 
 

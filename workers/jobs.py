@@ -39,11 +39,11 @@ from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
 from config.settings import Settings
+from flows.sessions import SessionCore
+from flows.snapshot import json_safe
 from kernel.errors import Cancelled, InvalidArgument, Timeout, ToolError, Transport
 from kernel.result import ToolResult
 from kernel.state import Busy, Completed, StepKey
-from orchestrator.session import Session
-from orchestrator.snapshot import json_safe
 from workers.poison import DeliveryCheck, check_delivery, is_poison, poison_error
 from workers.protocol import ALLOWED_ORIGINS, TOOL_TASK, JobEnvelope
 from workers.runtime import WorkerRuntime, runtime_for
@@ -177,7 +177,7 @@ def _check(env: JobEnvelope, delivery: Delivery, rt: WorkerRuntime, safe: bool) 
 
 def _execute(
     env: JobEnvelope,
-    session: Session | ToolError,
+    session: SessionCore | ToolError,
     delivery: Delivery,
     rt: WorkerRuntime,
     started: float,
@@ -209,7 +209,7 @@ def _execute(
     return result
 
 
-def _safe_to_repeat(env: JobEnvelope, session: Session | ToolError) -> bool:
+def _safe_to_repeat(env: JobEnvelope, session: SessionCore | ToolError) -> bool:
     """A read-only, idempotent call (K-5, declared by the tool for these arguments) has no effect to
     protect: a second delivery simply runs it again, and the step store's two round trips are saved."""
     if isinstance(session, ToolError):
@@ -219,7 +219,7 @@ def _safe_to_repeat(env: JobEnvelope, session: Session | ToolError) -> bool:
     return caps is not None and caps.read_only and caps.idempotent
 
 
-def _restore(env: JobEnvelope, rt: WorkerRuntime) -> Session | ToolError:
+def _restore(env: JobEnvelope, rt: WorkerRuntime) -> SessionCore | ToolError:
     """The job's session, looked up once per job; a snapshot that cannot be restored is the job's
     typed failure (reported by ``_call`` — after the delivery count and the step claim, as always)."""
     try:
@@ -230,7 +230,7 @@ def _restore(env: JobEnvelope, rt: WorkerRuntime) -> Session | ToolError:
 
 def _call(
     env: JobEnvelope,
-    session: Session | ToolError,
+    session: SessionCore | ToolError,
     delivery: Delivery,
     rt: WorkerRuntime,
     deadline: float,

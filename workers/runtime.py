@@ -1,8 +1,9 @@
-"""What one worker *process* holds between jobs: Redis clients, an embedded Agent, restored sessions.
+"""What one worker *process* holds between jobs: Redis clients, a session factory, restored sessions.
 
 Built lazily on the first job of a process (``runtime_for``) — after a prefork child was forked,
-so no event-loop thread or socket is ever shared across a fork. The Agent is embedded (the worker
-runs its calls in this process; it never re-dispatches them to the fleet). Sessions restored from
+so no event-loop thread or socket is ever shared across a fork. Sessions are built by
+``flows.sessions`` (the worker runs its calls in this process; it never re-dispatches them to the
+fleet, and never imports the orchestrator). Sessions restored from
 snapshots are cached by the snapshot's digest (``workers.protocol.snapshot_digest``; a fan-out's 32
 branches name the same digest: one restore per process, and no per-job hashing when the envelope
 names the digest), at most ``MAX_CACHED_SESSIONS``, least recently used evicted. On a miss the
@@ -18,7 +19,6 @@ job returns — and is acknowledged — only after it.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import threading
@@ -28,12 +28,10 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from config.settings import Settings
-from kernel.budget import Budget
+from flows.loop import LoopThread
+from flows.sessions import SessionCore, SessionFactory, extra_tools, options_from_snapshot
+from kernel.clock import RandomIds
 from kernel.errors import InvalidArgument, Transport
-from kernel.options import SessionOptions
-from kernel.policy import PermissionPolicy
-from orchestrator.agent import Agent
-from orchestrator.session import Session
 from workers.event_pump import EventPump
 from workers.protocol import (
     PUBLISH_LUA,
@@ -60,19 +58,6 @@ def state_url(settings: Settings) -> str:
     return settings.state_url or broker_url(settings)
 
 
-def options_from_snapshot(snapshot: dict[str, Any], services: dict[str, Any]) -> SessionOptions:
-    """The JSON part of the session's options (policy, budget, limits): a worker enforces what the
-    orchestrator's session enforced. The transform policy is pinned by ``Agent.resume`` itself."""
-    config = snapshot.get("config") or {}
-    known = {f.name for f in dataclasses.fields(SessionOptions)}
-    kwargs: dict[str, Any] = {k: v for k, v in (config.get("settings") or {}).items() if k in known}
-    if kwargs.get("skill_allowed_tools") is not None:
-        kwargs["skill_allowed_tools"] = frozenset(kwargs["skill_allowed_tools"])
-    kwargs["permission_policy"] = PermissionPolicy.from_json(config.get("permission_policy"))
-    kwargs["budget"] = Budget.from_json(config.get("budget"))
-    return SessionOptions(**kwargs, services=services)
-
-
 class WorkerRuntime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -81,12 +66,13 @@ class WorkerRuntime:
         self.state = RedisStateStore(self.client)
         self.steps = self.state.steps()
         self.events = EventPump(self.client)
-        self.agent = Agent(settings.model_copy(update={"broker_url": None}))
-        self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self.loop = LoopThread("a3s-worker-loop")
+        self.factory = SessionFactory(self.loop, RandomIds(), extra_tools(settings.extra_tools))
+        self._sessions: OrderedDict[str, SessionCore] = OrderedDict()
         self._inline: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
 
-    def session_for(self, env: JobEnvelope) -> Session:
+    def session_for(self, env: JobEnvelope) -> SessionCore:
         """The envelope's session: from the cache by digest, else restored (see the module docstring)."""
         digest = env.snapshot_digest
         if digest is not None:
@@ -128,7 +114,7 @@ class WorkerRuntime:
             raise InvalidArgument(f"stored session snapshot {digest[:12]}… is not a JSON object")
         return snapshot
 
-    def session(self, snapshot: dict[str, Any], digest: str | None = None) -> Session:
+    def session(self, snapshot: dict[str, Any], digest: str | None = None) -> SessionCore:
         """A session for ``snapshot`` (``digest``: its ``snapshot_digest``, computed when omitted)."""
         key = digest or snapshot_digest(snapshot_json(snapshot))
         with self._lock:
@@ -137,11 +123,11 @@ class WorkerRuntime:
                 self._sessions.move_to_end(key)
                 return session
             sink = self.events.sink(str(snapshot.get("session_id")))
-            session = self.agent.resume(snapshot, options_from_snapshot(snapshot, {"event_sink": sink}))
+            session = self.factory.resume(snapshot, options_from_snapshot(snapshot, {"event_sink": sink}))
             self._sessions[key] = session
             while len(self._sessions) > MAX_CACHED_SESSIONS:
                 _, old = self._sessions.popitem(last=False)
-                self.agent.release(old)
+                old.close()
             return session
 
     def drive(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -153,7 +139,7 @@ class WorkerRuntime:
         thread. A process uses one of the two for all its sessions (asyncio state binds to a loop).
         """
         if threading.current_thread() is not threading.main_thread():
-            return self.agent.loop.submit(coro).result()
+            return self.loop.submit(coro).result()
         if self._inline is None:
             self._inline = asyncio.new_event_loop()
         try:
@@ -170,7 +156,10 @@ class WorkerRuntime:
     def close(self) -> None:
         """For tests and embedding hosts: a worker process simply exits."""
         self.events.flush()
-        self.agent.close()
+        for session in self._sessions.values():
+            session.close()
+        self._sessions.clear()
+        self.loop.stop()
         if self._inline is not None:
             self._inline.close()
         self.client.close()

@@ -1,4 +1,4 @@
-"""One asyncio event loop on a daemon thread, shared by an ``Agent``'s sessions.
+"""One asyncio event loop on a daemon thread, shared by the sessions of one host (an ``Agent``, a worker).
 
 Sync SDK calls submit coroutines here and wait; closing a session cancels tasks *on this loop*,
 so a host thread blocked in ``session.tool`` gets its cancelled result back (K-6).

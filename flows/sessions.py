@@ -1,0 +1,229 @@
+"""The session core: a kernel built for a workspace or restored from a snapshot (SPEC S-2, R-5, K-6, F-1).
+
+The SDK (``orchestrator.Agent`` / ``Session``) and the fleet's workers both build sessions here, so a
+worker never imports the orchestrator (ARCHITECTURE.md: everything a worker needs sits below it).
+
+``SessionFactory.build`` opens the workspace (a directory or ``git:REPO@REV``), assembles the surface
+(built-ins gated by the workspace's capabilities, then the configured extra tools as dynamic tools —
+they can never claim built-in trust, K-2), pins the transform policy, picks the artifact store and
+starts Workspace Retrieval when asked. ``SessionFactory.resume`` rebuilds a session from a snapshot:
+the pinned transform policy is inherited, an explicitly different one is rejected, and so is a
+snapshot whose binding drifted from its own policy (R-5). ``options_from_snapshot`` recovers the JSON
+part of the options (permission rules, budget, limits) so a restored session enforces what the
+original enforced.
+
+A ``SessionCore`` is what both sides hold: the kernel, its in-memory event log, the workspace name
+and the loop thread it runs on. ``close()`` is K-6: cancel every running call through the kernel's
+cancel scope (on the loop), wait for them to settle, then run the close hooks (e.g. free the
+retrieval index).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from flows.loop import LoopThread
+from flows.snapshot import build_snapshot, check_snapshot
+from kernel.artifacts import ArtifactStore, MemoryArtifactStore
+from kernel.budget import Budget
+from kernel.clock import IdFactory, SystemClock
+from kernel.errors import InvalidArgument
+from kernel.events import EventSink, FanoutSink, MemoryEventSink
+from kernel.kernel import Kernel
+from kernel.options import SessionOptions
+from kernel.policy import PermissionPolicy
+from kernel.projection import Projector, ToolResultTransformPolicyV1, compact_change_metadata
+from kernel.registry import Registry
+from kernel.spec import ToolSpec
+from kernel.workspace import Workspace
+from tools import builtin_tools
+from tools.search.retrieval import close_retrieval, start_retrieval
+
+CLOSE_SETTLE_S = 5.0
+DRAIN_POLL_S = 0.01
+
+
+def open_workspace(name: str | os.PathLike[str] | Workspace) -> Workspace:
+    if isinstance(name, Workspace):
+        return name
+    from kernel.workspace_names import open_workspace as _open
+
+    return _open(os.fspath(name))
+
+
+def extra_tools(modules: str) -> list[ToolSpec]:
+    """The tools of ``settings.extra_tools``: comma-separated modules exposing ``TOOLS`` or ``TOOL``."""
+    specs: list[ToolSpec] = []
+    for name in (m.strip() for m in modules.split(",")):
+        if not name:
+            continue
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            raise InvalidArgument(f"extra_tools: cannot import {name!r}: {exc}") from exc
+        found = getattr(module, "TOOLS", None) or [getattr(module, "TOOL", None)]
+        if not all(isinstance(spec, ToolSpec) for spec in found):
+            raise InvalidArgument(
+                f"extra_tools: {name!r} exposes neither TOOLS (a list of ToolSpec) nor TOOL"
+            )
+        specs.extend(found)
+    return specs
+
+
+def options_from_snapshot(snapshot: dict[str, Any], services: dict[str, Any]) -> SessionOptions:
+    """The JSON part of a snapshot's options (permission rules, budget, limits, settings): a restored
+    session enforces what the original enforced. The transform policy is pinned by ``resume`` itself;
+    callables (hooks, confirmation handler) are code, not data, and stay with the original host."""
+    config = snapshot.get("config") or {}
+    known = {f.name for f in dataclasses.fields(SessionOptions)}
+    kwargs: dict[str, Any] = {k: v for k, v in (config.get("settings") or {}).items() if k in known}
+    if kwargs.get("skill_allowed_tools") is not None:
+        kwargs["skill_allowed_tools"] = frozenset(kwargs["skill_allowed_tools"])
+    kwargs["permission_policy"] = PermissionPolicy.from_json(config.get("permission_policy"))
+    kwargs["budget"] = Budget.from_json(config.get("budget"))
+    return SessionOptions(**kwargs, services=services)
+
+
+def _artifact_store(workspace: Workspace, options: SessionOptions) -> ArtifactStore:
+    if options.artifact_store == "file" and workspace.root is not None and "write" in workspace.capabilities:
+        from kernel.artifact_files import FileArtifactStore
+
+        return FileArtifactStore(Path(workspace.root) / ".a3s" / "artifacts")
+    return MemoryArtifactStore()
+
+
+class SessionCore:
+    """One session's kernel, event log and loop; ``close()`` cancels its running calls (K-6)."""
+
+    def __init__(
+        self, kernel: Kernel, memory: MemoryEventSink, workspace_name: str, loop: LoopThread
+    ) -> None:
+        self.kernel = kernel
+        self.memory = memory
+        self.workspace_name = workspace_name
+        self.loop = loop
+        self.closed = False
+        self._closers: list[Callable[[], None]] = []
+
+    @property
+    def id(self) -> str:
+        return self.kernel.session_id
+
+    def snapshot(self) -> dict[str, Any]:
+        return build_snapshot(self.kernel, self.workspace_name)
+
+    def on_close(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` when the session closes (after running calls were cancelled)."""
+        self._closers.append(fn)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.loop.call(self.kernel.close).result(timeout=CLOSE_SETTLE_S)
+        self.loop.run(self._drain(), timeout=CLOSE_SETTLE_S)
+        for closer in self._closers:
+            closer()
+
+    async def _drain(self) -> None:
+        for _ in range(int(CLOSE_SETTLE_S / DRAIN_POLL_S)):
+            if not self.kernel.active:
+                return
+            await asyncio.sleep(DRAIN_POLL_S)
+
+
+class SessionFactory:
+    """Builds ``SessionCore``s on one loop thread, with one id factory and one set of extra tools."""
+
+    def __init__(self, loop: LoopThread, ids: IdFactory, extra: Sequence[ToolSpec] = ()) -> None:
+        self.loop = loop
+        self.ids = ids
+        self.extra = list(extra)
+
+    def build(
+        self,
+        workspace: str | os.PathLike[str] | Workspace,
+        options: SessionOptions,
+        *,
+        session_id: str | None = None,
+        sinks: Sequence[EventSink] = (),
+        session_state: dict[str, Any] | None = None,
+        budget_used: dict[str, Any] | None = None,
+        started_ms: int | None = None,
+    ) -> SessionCore:
+        """A new session; ``sinks`` receive its events besides the in-memory log (e.g. a Redis Stream)."""
+        ws = open_workspace(workspace)
+        policy = options.tool_result_transform_policy or ToolResultTransformPolicyV1.conservative()
+        policy.validate_policy()
+        artifacts = _artifact_store(ws, options)
+        memory = MemoryEventSink()
+        all_sinks: list[EventSink] = [*sinks, memory]
+        if "event_sink" in options.services:
+            all_sinks.append(options.services["event_sink"])
+        registry = Registry(
+            builtin_tools(
+                ws.capabilities, retrieval_enabled=options.workspace_retrieval, services=options.services
+            )
+        )
+        for spec in self.extra:
+            registry.register(spec)  # dynamic: never built-in trust (K-2)
+        kernel = Kernel(
+            session_id=session_id or self.ids("session"),
+            registry=registry,
+            workspace=ws,
+            options=options,
+            projector=Projector(policy, artifacts),
+            artifacts=artifacts,
+            sink=FanoutSink(*all_sinks) if len(all_sinks) > 1 else memory,
+            clock=SystemClock(),
+            ids=self.ids,
+            compact_change=compact_change_metadata,
+            services=dict(options.services),
+            session_state=session_state,
+            budget_used=budget_used,
+            started_ms=started_ms,
+        )
+        name = workspace if isinstance(workspace, str) else ws.name
+        core = SessionCore(kernel, memory, str(name), self.loop)
+        if options.workspace_retrieval:
+            # The index is session-owned: it starts building now and is freed when the session closes.
+            start_retrieval(kernel.session_state, ws, kernel.services)
+            core.on_close(lambda: close_retrieval(kernel.session_state))
+        return core
+
+    def resume(
+        self,
+        snapshot: dict[str, Any],
+        options: SessionOptions | None = None,
+        *,
+        sinks: Sequence[EventSink] = (),
+    ) -> SessionCore:
+        """The session a snapshot describes, in this process (R-5 policy pinning, see the module doc)."""
+        check_snapshot(snapshot)
+        options = options or SessionOptions()
+        pinned = ToolResultTransformPolicyV1.from_json(snapshot["config"]["tool_result_transform_policy"])
+        if pinned.binding() != snapshot["transform_binding"]:
+            raise InvalidArgument(
+                "snapshot transform binding drifted from its pinned policy; refusing to resume"
+            )
+        if options.tool_result_transform_policy is None:
+            options = dataclasses.replace(options, tool_result_transform_policy=pinned)
+        elif options.tool_result_transform_policy.digest() != pinned.digest():
+            raise InvalidArgument(
+                "resume was given a tool_result_transform_policy different from the one pinned in the snapshot"
+            )
+        return self.build(
+            snapshot["workspace"],
+            options,
+            session_id=snapshot["session_id"],
+            sinks=sinks,
+            session_state=dict(snapshot.get("session_state") or {}),
+            budget_used=snapshot.get("budget_used"),
+            started_ms=snapshot.get("created_ms"),
+        )
