@@ -25,7 +25,6 @@ import dataclasses
 import importlib
 import os
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from flows.loop import LoopThread
@@ -41,6 +40,7 @@ from kernel.policy import PermissionPolicy
 from kernel.projection import Projector, ToolResultTransformPolicyV1, compact_change_metadata
 from kernel.registry import Registry
 from kernel.spec import ToolSpec
+from kernel.statedir import ensure_state_dir
 from kernel.workspace import Workspace
 from tools import builtin_tools
 from tools.search.retrieval import close_retrieval, start_retrieval
@@ -91,10 +91,15 @@ def options_from_snapshot(snapshot: dict[str, Any], services: dict[str, Any]) ->
 
 
 def _artifact_store(workspace: Workspace, options: SessionOptions) -> ArtifactStore:
-    if options.artifact_store == "file" and workspace.root is not None and "write" in workspace.capabilities:
-        from kernel.artifact_files import FileArtifactStore
+    root = workspace.root
+    if root is not None and "write" in workspace.capabilities:
+        # The host's state directory exists before any sandboxed command runs (the sandbox binds it
+        # read-only) and is never followed through a symlink (kernel/statedir.py).
+        ensure_state_dir(root)
+        if options.artifact_store == "file":
+            from kernel.artifact_files import FileArtifactStore
 
-        return FileArtifactStore(Path(workspace.root) / ".a3s" / "artifacts")
+            return FileArtifactStore.for_workspace(root)
     return MemoryArtifactStore()
 
 

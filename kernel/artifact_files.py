@@ -14,16 +14,23 @@ The caller passes the directory (by default ``<workspace>/.a3s/artifacts/``). In
   is ignored and rebuilt from the files.
 - URIs are parsed with ``kernel.artifacts.parse_uri`` (``[A-Za-z0-9_-]`` tool segment, 64 hex
   digits), so no URI can name a path outside ``objects/``.
+- Nothing below ``base`` is ever followed through a symlink (issue 15 item 3): the store directory
+  is opened from ``base`` one component at a time with ``O_NOFOLLOW`` (``kernel.statedir``), and
+  ``objects/``, ``objects/<tool>/``, objects, the manifest and the lock are opened, created,
+  renamed and unlinked relative to those verified descriptors (``kernel.beneath``). A symlink in
+  the store is refused (writes) or skipped (scans). ``for_workspace(root)`` anchors the store at
+  the workspace root, so a planted ``.a3s`` or ``.a3s/artifacts/objects/<tool>`` symlink is refused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
 import os
-import tempfile
+import stat as stat_mod
 import threading
 import time
 from collections import OrderedDict
@@ -37,12 +44,15 @@ from kernel.artifacts import (
     parse_uri,
     uri_for_digest,
 )
-from kernel.errors import KernelFault, NotFound
+from kernel.beneath import O_PATH_DIR, O_READ, Fd, atomic_write_at, open_subdir, read_regular_at
+from kernel.errors import KernelFault, NotFound, ToolError
 
 MANIFEST_NAME = "artifacts.json"
 MANIFEST_SCHEMA = "a3s.fleet.artifact-manifest.v1"
 MAX_MANIFEST_BYTES = 256 * 1024 * 1024
 OBJECTS_DIR = "objects"
+INTERNAL_DIR = ".a3s"
+ARTIFACTS_DIR = "artifacts"
 LOCK_NAME = ".lock"
 TEMP_PREFIX = ".tmp-"
 # Temp files older than this are leftovers of a crashed writer, not a write in progress.
@@ -62,16 +72,42 @@ class _State:
 
 
 class FileArtifactStore:
+    """See the module docstring. ``root_dir`` is the store directory; ``base`` a trusted directory
+    above it (default: ``root_dir`` itself) from which every component is opened without following
+    symlinks."""
+
     def __init__(
         self,
         root_dir: str | os.PathLike[str],
         max_artifacts: int = DEFAULT_MAX_ARTIFACTS,
         max_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+        *,
+        base: str | os.PathLike[str] | None = None,
     ) -> None:
         self.root = Path(root_dir)
+        self._base = Path(base) if base is not None else self.root
+        try:
+            inner = self.root.relative_to(self._base).parts
+        except ValueError:
+            raise ValueError(f"artifact store {self.root} is not below its base {self._base}") from None
+        if any(p in ("..", ".") for p in inner):
+            raise ValueError(f"artifact store path must be plain below its base: {self.root}")
+        self._inner: tuple[str, ...] = inner
         self.max_artifacts = max_artifacts
         self.max_bytes = max_bytes
         self._thread_lock = threading.Lock()
+        self._fd: Fd | None = None  # the store directory, while the lock is held
+
+    @classmethod
+    def for_workspace(
+        cls,
+        workspace_root: str | os.PathLike[str],
+        max_artifacts: int = DEFAULT_MAX_ARTIFACTS,
+        max_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+    ) -> FileArtifactStore:
+        """The store of a workspace: ``<root>/.a3s/artifacts``, anchored at the (trusted) root."""
+        root = Path(workspace_root)
+        return cls(root / INTERNAL_DIR / ARTIFACTS_DIR, max_artifacts, max_bytes, base=root)
 
     # -- the ArtifactStore protocol ---------------------------------------------------------
 
@@ -80,34 +116,51 @@ class FileArtifactStore:
 
     def put_prehashed(self, tool: str, data: bytes, sha256_hex: str) -> str:
         uri = uri_for_digest(tool, sha256_hex)
-        path = self._object_path(uri)
+        tool_name, digest = parse_uri(uri)
         try:
             with self._locked() as state:
-                try:
-                    present = path.stat().st_size == len(data)
-                except FileNotFoundError:
-                    present = False
-                if not present:
-                    # Absent, or a damaged file of the wrong size: (re)write it whole.
-                    _atomic_write(path, data)
-                    state.sizes.pop(uri, None)
+                with self._tool_dir(tool_name, create=True) as tool_fd:
+                    assert tool_fd is not None
+                    try:
+                        st = os.stat(digest, dir_fd=tool_fd.fd, follow_symlinks=False)
+                        present = stat_mod.S_ISREG(st.st_mode) and st.st_size == len(data)
+                    except FileNotFoundError:
+                        present = False
+                    if not present:
+                        # Absent, damaged (wrong size) or not a regular file: (re)write it whole.
+                        atomic_write_at(tool_fd.fd, digest, data, prefix=TEMP_PREFIX)
+                        state.sizes.pop(uri, None)
                 if uri not in state.sizes:
                     state.sizes[uri] = len(data)
                     self._evict(state, keep=uri)
                     self._write_manifest(state)
+        except ToolError:
+            raise
         except OSError as exc:
-            raise KernelFault(f"artifact store write failed under {self.root}: {exc}") from exc
+            raise KernelFault(f"artifact store write failed under {self.root}: {_describe(exc)}") from exc
         return uri
 
     def get(self, uri: str) -> bytes:
-        path = self._object_path(uri)
+        tool, digest = parse_uri(uri)
         try:
-            data = path.read_bytes()
+            with self._open_store(create=False) as store:
+                if store is None:
+                    raise FileNotFoundError(errno.ENOENT, "no artifact store", str(self.root))
+                with _open_child(store, OBJECTS_DIR) as objects, _open_child(objects, tool) as tool_fd:
+                    fd = os.open(digest, O_READ, dir_fd=tool_fd.fd)
+            with os.fdopen(fd, "rb") as fh:
+                if not stat_mod.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                    raise FileNotFoundError(errno.ENOENT, "not a regular file", uri)
+                data = fh.read()
         except FileNotFoundError:
             raise NotFound(f"artifact not found: {uri}", path=uri) from None
         except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise NotFound(
+                    f"artifact not found: {uri} (a symlink in the store is never followed)"
+                ) from None
             raise KernelFault(f"artifact store read failed for {uri}: {exc}") from exc
-        if hashlib.sha256(data).hexdigest() != parse_uri(uri)[1]:
+        if hashlib.sha256(data).hexdigest() != digest:
             raise KernelFault(f"artifact {uri} does not match its digest (store damaged)")
         return data
 
@@ -156,24 +209,80 @@ class FileArtifactStore:
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _object_path(self, uri: str) -> Path:
-        tool, digest = parse_uri(uri)
-        return self.root / OBJECTS_DIR / tool / digest
+    def _open_store(self, *, create: bool) -> Fd | _NoStore:
+        """The store directory from ``base``, never through a symlink (``_NoStore`` when absent)."""
+        if create:
+            os.makedirs(self._base, exist_ok=True)  # the host's own, trusted path
+        try:
+            current = Fd(os.open(os.fspath(self._base), O_PATH_DIR))
+        except FileNotFoundError:
+            if create:
+                raise
+            return _NoStore()
+        try:
+            for part in self._inner:
+                try:
+                    nxt = open_subdir(current.fd, part, create=create)
+                except FileNotFoundError:
+                    if create:
+                        raise
+                    current.close()
+                    return _NoStore()
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EEXIST):
+                        raise OSError(
+                            exc.errno, f"{part} is a symlink or not a directory (never followed)"
+                        ) from None
+                    raise
+                current.close()
+                current = nxt
+            return current
+        except BaseException:
+            current.close()
+            raise
+
+    @contextlib.contextmanager
+    def _tool_dir(self, tool: str, *, create: bool) -> Iterator[Fd | None]:
+        assert self._fd is not None
+        try:
+            objects = _open_child(self._fd, OBJECTS_DIR, create=create)
+        except FileNotFoundError:
+            if create:
+                raise
+            yield None
+            return
+        with objects:
+            try:
+                tool_fd = _open_child(objects, tool, create=create)
+            except FileNotFoundError:
+                if create:
+                    raise
+                yield None
+                return
+            with tool_fd:
+                yield tool_fd
 
     @contextlib.contextmanager
     def _locked(self, write: bool = True) -> Iterator[_State]:
         """Thread lock + exclusive flock; yields the manifest reconciled with the disk."""
         with self._thread_lock:
-            if not write and not self.root.exists():
+            store = self._open_store(create=write)
+            if isinstance(store, _NoStore):
                 yield _State()
                 return
-            self.root.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                yield self._load()
+                fd = os.open(
+                    LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=store.fd
+                )
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    self._fd = store
+                    yield self._load()
+                finally:
+                    self._fd = None
+                    os.close(fd)  # closing the descriptor releases the flock
             finally:
-                os.close(fd)  # closing the descriptor releases the flock
+                store.close()
 
     def _load(self) -> _State:
         state = _State()
@@ -194,42 +303,50 @@ class FileArtifactStore:
         return state
 
     def _scan(self) -> dict[str, tuple[int, float]]:
+        """Every object on disk (regular files only; symlinks and foreign names are ignored)."""
         found: dict[str, tuple[int, float]] = {}
-        objects = self.root / OBJECTS_DIR
-        if not objects.is_dir():
+        assert self._fd is not None
+        try:
+            objects = _open_child(self._fd, OBJECTS_DIR, readable=True)
+        except OSError:
             return found
         now = time.time()
-        for tool_dir in objects.iterdir():
-            if not tool_dir.is_dir():
-                continue
-            for entry in os.scandir(tool_dir):
+        with objects:
+            with os.scandir(objects.fd) as it:
+                tools = [de.name for de in it if de.is_dir(follow_symlinks=False)]
+            for tool in tools:
                 try:
-                    st = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:
+                    tool_fd = _open_child(objects, tool, readable=True)
+                except OSError:
                     continue
-                if entry.name.startswith(TEMP_PREFIX):
-                    if now - st.st_mtime > STALE_TEMP_S:
-                        with contextlib.suppress(FileNotFoundError):
-                            os.unlink(entry.path)
-                    continue
-                uri = uri_for_digest(tool_dir.name, entry.name)
-                try:
-                    if self._object_path(uri) == Path(entry.path) and entry.is_file(follow_symlinks=False):
-                        found[uri] = (st.st_size, st.st_mtime)
-                except NotFound:
-                    continue  # not an object name: ignore foreign files
+                with tool_fd, os.scandir(tool_fd.fd) as it:
+                    for entry in it:
+                        try:
+                            st = entry.stat(follow_symlinks=False)
+                        except FileNotFoundError:
+                            continue
+                        if entry.name.startswith(TEMP_PREFIX):
+                            if now - st.st_mtime > STALE_TEMP_S:
+                                with contextlib.suppress(FileNotFoundError):
+                                    os.unlink(entry.name, dir_fd=tool_fd.fd)
+                            continue
+                        if not stat_mod.S_ISREG(st.st_mode):
+                            continue
+                        try:
+                            uri = uri_for_digest(tool, entry.name)
+                            if parse_uri(uri) == (tool, entry.name):
+                                found[uri] = (st.st_size, st.st_mtime)
+                        except NotFound:
+                            continue  # not an object name: ignore foreign files
         return found
 
     def _read_manifest(self) -> dict[str, Any]:
-        path = self.root / MANIFEST_NAME
+        assert self._fd is not None
         try:
-            if path.stat().st_size > MAX_MANIFEST_BYTES:
-                return {}
-            with path.open("rb") as fh:
-                raw = fh.read(MAX_MANIFEST_BYTES + 1)
-            doc = json.loads(raw) if len(raw) <= MAX_MANIFEST_BYTES else {}
+            raw = read_regular_at(self._fd.fd, MANIFEST_NAME, MAX_MANIFEST_BYTES)
+            doc = json.loads(raw) if raw is not None else {}
         except (OSError, ValueError):
-            return {}  # missing or damaged: the scan of the objects is the truth
+            return {}  # missing, damaged or not a regular file: the scan of the objects is the truth
         return doc if isinstance(doc, dict) else {}
 
     def _write_manifest(self, state: _State) -> None:
@@ -241,7 +358,8 @@ class FileArtifactStore:
         body = json.dumps(doc, indent=1).encode("utf-8")
         if len(body) > MAX_MANIFEST_BYTES:
             raise KernelFault(f"artifact manifest would exceed {MAX_MANIFEST_BYTES} bytes")
-        _atomic_write(self.root / MANIFEST_NAME, body)
+        assert self._fd is not None
+        atomic_write_at(self._fd.fd, MANIFEST_NAME, body, prefix=TEMP_PREFIX)
 
     def _evict(self, state: _State, keep: str) -> None:
         total = state.total
@@ -255,26 +373,37 @@ class FileArtifactStore:
 
     def _delete(self, state: _State, uri: str) -> None:
         state.sizes.pop(uri, None)
-        with contextlib.suppress(FileNotFoundError):
-            self._object_path(uri).unlink()
+        tool, digest = parse_uri(uri)
+        with contextlib.suppress(OSError), self._tool_dir(tool, create=False) as tool_fd:
+            if tool_fd is not None:
+                os.unlink(digest, dir_fd=tool_fd.fd)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Temp file in the target directory, fsync, rename over ``path``, fsync the directory."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX)
+class _NoStore:
+    """The store directory does not exist (yet): reads see an empty store."""
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def _open_child(parent: Fd, name: str, *, create: bool = False, readable: bool = False) -> Fd:
+    """A directory below a verified one, never through a symlink (readable: for scandir)."""
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        if readable:
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            return Fd(os.open(name, flags, dir_fd=parent.fd))
+        return open_subdir(parent.fd, name, create=create)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EEXIST):
+            raise OSError(exc.errno, f"{name} is a symlink or not a directory (never followed)") from None
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+
+
+def _describe(exc: OSError) -> str:
+    return f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")

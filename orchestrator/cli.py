@@ -116,13 +116,11 @@ def tool_cmd(name: str, args_json: str, workspace: str, policy: str, as_json: bo
 @_one_line_errors
 def artifact_cmd(uri: str, workspace: str) -> None:
     """Print an artifact's original bytes (a3s://tool-output/...)."""
-    from pathlib import Path
-
     from kernel.artifact_files import FileArtifactStore
     from kernel.workspace import LocalWorkspace
 
     root = LocalWorkspace(workspace, writable=False).root
-    data = FileArtifactStore(Path(root) / ".a3s" / "artifacts").get(uri)
+    data = FileArtifactStore.for_workspace(root).get(uri)
     sys.stdout.buffer.write(data)
     sys.stdout.flush()
 

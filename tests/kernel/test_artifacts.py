@@ -186,7 +186,7 @@ def test_r6_file_store_failed_write_leaves_no_partial_object(
     first = store.put("t", b"first")
     before = (root / "artifacts.json").read_bytes()
 
-    def boom(src: str, dst: str) -> None:
+    def boom(*_args: object, **_kwargs: object) -> None:
         raise OSError("disk gone")
 
     monkeypatch.setattr(os, "replace", boom)
