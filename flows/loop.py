@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class LoopThread:
@@ -26,7 +28,14 @@ class LoopThread:
     def _main(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.call_soon(self._ready.set)
-        self.loop.run_forever()
+        while True:
+            try:
+                self.loop.run_forever()
+                return  # stop() asked for it
+            except (SystemExit, KeyboardInterrupt) as exc:
+                # The kernel turns these into failed results; anything that still gets here must
+                # not take the loop (and every later call of every session) down with it.
+                log.error("event loop survived %s raised by a task", type(exc).__name__, exc_info=exc)
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         if threading.current_thread() is self._thread:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
@@ -39,6 +40,8 @@ from kernel.errors import (
     RecursionLimit,
     Timeout,
     ToolError,
+    bound_error_kind,
+    error_from_exception,
 )
 from kernel.events import Event, EventSink
 from kernel.hooks import PostToolInput, PreToolInput, call_maybe_async, freeze
@@ -54,6 +57,14 @@ from kernel.workspace import Workspace
 
 RECURSION_GUARDED = frozenset({"batch", "program"})
 MAX_EVENT_ARGS_BYTES = 16 * 1024
+MAX_ARGS_DEPTH = 64  # JSON nesting of a call's arguments; deeper is invalid_argument before validation
+MAX_ARGS_CONTAINERS = 1_000_000
+
+log = logging.getLogger(__name__)
+# What a tool, hook or handler may raise that must still become a failed result (SPEC K-8): every
+# Exception, plus the two BaseExceptions a library raises on its own (argparse's SystemExit, a
+# handler's KeyboardInterrupt). CancelledError (and GeneratorExit) keep their meaning.
+CONTAINED = (Exception, SystemExit, KeyboardInterrupt)
 
 
 class ResultProjector(Protocol):
@@ -166,7 +177,8 @@ class Kernel:
             params = spec.validate(args)
             await self._pre_hooks(inv, spec, params, label)
             return inv.args
-        except ToolError as err:
+        except CONTAINED as exc:
+            err = self._typed(inv, exc)
             self._emit("tool_start", inv, label, {"args": _bounded_args(args), "depth": 0})
             return self._release(
                 inv, spec, ToolResult.failure(name, err), Lifecycle(), _terminal_for(err), label, t0
@@ -186,7 +198,13 @@ class Kernel:
                 result,
                 int(result.metadata.get("a3s_fleet", {}).get("duration_ms", 0) or 0),
             )
-            out = await call_maybe_async(hook, post)
+            try:
+                out = await call_maybe_async(hook, post)
+            except CONTAINED as exc:
+                err = error_from_exception(exc, name)
+                log.error("post-tool hook failed for %s", name, exc_info=exc)
+                out = ToolResult.failure(name, err)
+                out.error_kind = bound_error_kind(out.error_kind)
             if isinstance(out, ToolResult):
                 result, replaced = out, True
         if replaced:
@@ -215,9 +233,11 @@ class Kernel:
 
     def capabilities_of(self, scope: ScopedRegistry, name: str, args: Any) -> ToolCapabilities | None:
         try:
+            if not _depth_within(args, MAX_ARGS_DEPTH):
+                return None
             spec = scope.resolve(name)
             return spec.capabilities(spec.validate(args))
-        except ToolError:
+        except CONTAINED:
             return None
 
     # ---- the pipeline -----------------------------------------------------------------------
@@ -238,6 +258,7 @@ class Kernel:
         try:
             spec = inv.scope.resolve(inv.name)
             lc.to(State.ADMITTED)
+            _check_depth(inv.args)
             params = spec.validate(inv.args)  # K-4: before confirmation or any side effect
             lc.to(State.GATE_PENDING)
             await self._gate(inv, spec, params, label)
@@ -254,10 +275,44 @@ class Kernel:
                 inv.name, Cancelled(f"Tool '{inv.name}' cancelled: session closed", op=inv.name)
             )
             state = State.CANCELLED
-        except ToolError as err:
+        except CONTAINED as exc:
+            # K-8: whatever a stage or the tool raised is a failed, typed result; the loop goes on.
+            err = self._typed(inv, exc)
             result = ToolResult.failure(inv.name, err)
             state = _terminal_for(err)
-        return self._release(inv, spec, result, lc, state, label, t0)
+        try:
+            return self._release(inv, spec, result, lc, state, label, t0)
+        except CONTAINED as exc:  # a broken projector/redactor/sink must not strand the call
+            return self._release_bare(inv, lc, label, t0, self._typed(inv, exc))
+
+    def _typed(self, inv: Invocation, exc: BaseException) -> ToolError:
+        """The typed error for ``exc``; an untyped one is logged with its traceback (never shown)."""
+        if not isinstance(exc, ToolError):
+            log.error("tool %s (call %s) raised %s", inv.name, inv.call_id, type(exc).__name__, exc_info=exc)
+        return error_from_exception(exc, inv.name)
+
+    def _release_bare(
+        self, inv: Invocation, lc: Lifecycle, label: str, t0: float, err: ToolError
+    ) -> ToolResult:
+        """Release without projection: the last resort when ``_release`` itself failed."""
+        result = ToolResult.failure(inv.name, err)
+        if not lc.terminal:
+            lc.to(State.FAILED)
+        self.active.pop(inv.call_id, None)
+        with contextlib.suppress(*CONTAINED):
+            self._emit(
+                "tool_end",
+                inv,
+                label,
+                {
+                    "exit_code": 1,
+                    "state": State.FAILED.value,
+                    "duration_ms": int((self.clock.monotonic() - t0) * 1000),
+                    "error_kind": result.error_kind,
+                    "output": result.output,
+                },
+            )
+        return result
 
     async def _gate(self, inv: Invocation, spec: ToolSpec, params: Any, label: str) -> None:
         """Skill restriction → permission policy → confirmation (model-side origins only)."""
@@ -297,6 +352,12 @@ class Kernel:
             raise ConfirmationRejected(
                 f"Confirmation for tool '{inv.name}' timed out after {self.options.confirmation_timeout_ms}ms; denied",
                 reason="timeout",
+            ) from None
+        except CONTAINED as exc:
+            log.error("confirmation handler failed for %s", inv.name, exc_info=exc)
+            raise ConfirmationRejected(
+                f"Confirmation for tool '{inv.name}' failed ({type(exc).__name__}); denied",
+                reason="handler_error",
             ) from None
         if approved is not True:
             raise ConfirmationRejected(f"Tool '{inv.name}' was rejected by the user", reason="rejected")
@@ -478,8 +539,9 @@ class Kernel:
     ) -> ToolResult:
         result.output = self.redactor.redact(result.output)
         if result.error_kind:
+            bounded = bound_error_kind(result.error_kind) or {}
             result.error_kind = {
-                k: self.redactor.redact(v) if isinstance(v, str) else v for k, v in result.error_kind.items()
+                k: self.redactor.redact(v) if isinstance(v, str) else v for k, v in bounded.items()
             }
         metadata: Any = result.metadata
         if (
@@ -570,10 +632,42 @@ def _terminal_for(err: ToolError) -> State:
     return State.FAILED
 
 
+def _depth_within(value: Any, limit: int) -> bool:
+    """True when JSON-like ``value`` nests at most ``limit`` containers deep (iterative: no recursion).
+
+    A cycle (only a host can build one) is too deep; more than ``MAX_ARGS_CONTAINERS`` containers
+    (shared ones counted each time) is refused the same way.
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    budget = MAX_ARGS_CONTAINERS
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        budget -= 1
+        if depth >= limit or budget < 0:
+            return False
+        stack.extend((child, depth + 1) for child in children)
+    return True
+
+
+def _check_depth(args: Any) -> None:
+    if not _depth_within(args, MAX_ARGS_DEPTH):
+        raise InvalidArgument(
+            f"$: arguments are nested more than {MAX_ARGS_DEPTH} levels deep (or hold too many objects)"
+        )
+
+
 def _bounded_args(args: Any) -> Any:
+    if not _depth_within(args, MAX_ARGS_DEPTH):
+        return {"unserializable": True, "reason": "nested too deeply"}
     try:
         text = json.dumps(args, default=str)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return {"unserializable": True}
     if len(text) <= MAX_EVENT_ARGS_BYTES:
         return args

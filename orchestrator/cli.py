@@ -13,6 +13,8 @@ loads Celery).
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -27,16 +29,29 @@ F = TypeVar("F", bound=Callable[..., Any])
 POLICIES = ("conservative", "context-efficient")
 
 
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` on one bounded line (never empty, never a traceback)."""
+    if isinstance(exc, ToolError):
+        text = f"{exc.kind}: {exc.message}"
+    else:
+        detail = str(exc).strip()
+        text = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+    text = " ".join(text.split())
+    return text if len(text) <= 500 else text[:500] + " …"
+
+
 def _one_line_errors(fn: F) -> F:
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except ToolError as exc:
-            click.echo(f"error: {exc.kind}: {exc.message}", err=True)
-            sys.exit(2)
-        except (OSError, ValueError) as exc:
-            click.echo(f"error: {exc}", err=True)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except KeyboardInterrupt:
+            click.echo("error: interrupted", err=True)
+            sys.exit(130)
+        except Exception as exc:  # one line, non-zero exit (CONVENTIONS): never a traceback
+            click.echo(f"error: {one_line(exc)}", err=True)
             sys.exit(2)
 
     return wrapper  # type: ignore[return-value]
@@ -56,6 +71,18 @@ def _policy(name: str) -> Any:
 @click.version_option(package_name="a3s-fleet")
 def main() -> None:
     """a3s-fleet: the governed tool system of an AI coding agent, embedded or as a Celery fleet."""
+    _quiet_logs()
+
+
+def _quiet_logs() -> None:
+    """Tracebacks a tool logs stay out of the terminal unless A3S_FLEET_LOG_LEVEL asks for them."""
+    if logging.getLogger().handlers:
+        return
+    level = os.environ.get("A3S_FLEET_LOG_LEVEL", "").upper()
+    if level:
+        logging.basicConfig(level=level, stream=sys.stderr)
+    else:
+        logging.getLogger().addHandler(logging.NullHandler())
 
 
 @main.command("tools")
@@ -95,6 +122,8 @@ def tool_cmd(name: str, args_json: str, workspace: str, policy: str, as_json: bo
         args = json.loads(raw or "{}")
     except json.JSONDecodeError as exc:
         raise click.UsageError(f"ARGS_JSON is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    except RecursionError:
+        raise click.UsageError("ARGS_JSON is nested too deeply") from None
     if not isinstance(args, dict):
         raise click.UsageError("ARGS_JSON must be a JSON object")
     with Agent() as agent:
@@ -106,7 +135,10 @@ def tool_cmd(name: str, args_json: str, workspace: str, policy: str, as_json: bo
         click.echo(json.dumps(data, ensure_ascii=False))
     else:
         stream = sys.stdout if result.exit_code == 0 else sys.stderr
-        stream.write(result.output if result.output.endswith("\n") else result.output + "\n")
+        text = result.output
+        if result.exit_code != 0 and not text.strip():
+            text = f"error: {(result.error_kind or {}).get('type', 'failed')}"
+        stream.write(text if text.endswith("\n") else text + "\n")
     sys.exit(0 if result.exit_code == 0 else 1)
 
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kernel.context import ToolContext
-from kernel.errors import InvalidArgument, PartialFailure
+from kernel.errors import InvalidArgument, PartialFailure, error_from_exception
 from kernel.result import ToolResult
 from kernel.spec import ToolSpec
 
@@ -28,6 +29,8 @@ MAX_CONCURRENCY = 16
 DEFAULT_CONCURRENCY = 8
 MAX_BINDING_BYTES = 16 * 1024
 MAX_RESULT_METADATA_BYTES = 4 * 1024
+
+log = logging.getLogger(__name__)
 
 
 class Call(BaseModel):
@@ -142,7 +145,13 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
         any_parallel = any_parallel or (parallel and width > 1)
 
         async def one(i: int, prepared: dict[int, dict[str, Any]] = prepared) -> None:
-            results[i] = await ctx.invoke(calls[i].tool, prepared[i])
+            # The kernel turns a child's failure into a result; this guard keeps that true even if
+            # the invoker itself breaks, so one index failing never drops its siblings (X-2).
+            try:
+                results[i] = await ctx.invoke(calls[i].tool, prepared[i])
+            except (Exception, SystemExit, KeyboardInterrupt) as exc:
+                log.error("batch item %d (%s) raised", i, calls[i].tool, exc_info=exc)
+                results[i] = ToolResult.failure(calls[i].tool, error_from_exception(exc, calls[i].tool))
 
         if width > 1:
             gate = asyncio.Semaphore(width)
@@ -231,8 +240,9 @@ def _report(
     }
     output = "\n".join(parts) + "\n"
     if status == "failed":
-        err = PartialFailure(f"All {total} batch item(s) failed.\n{output}", failed=len(failed), total=total)
-        return ToolResult.failure("batch", err, meta)
+        # The error names the counts; the items' own messages stay in the (projected) output.
+        err = PartialFailure(f"All {total} batch item(s) failed.", failed=len(failed), total=total)
+        return ToolResult("batch", f"{err.message}\n{output}", 1, meta, err.to_kind())
     return ToolResult.success("batch", output, meta)
 
 

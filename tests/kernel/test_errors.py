@@ -14,6 +14,7 @@ PINNED = [
     "cancelled",
     "confirmation_rejected",
     "hook_denied",
+    "internal_error",
     "invalid_argument",
     "not_found",
     "partial_failure",

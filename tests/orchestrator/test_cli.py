@@ -69,3 +69,24 @@ def test_cli_artifact_prints_original_bytes(workspace: Path) -> None:
     art = run(["artifact", ev["content_ref"]], workspace)
     assert art.returncode == 0 and "     1\t000000 " in art.stdout
     assert len(art.stdout.encode()) == ev["original_bytes"]
+
+
+def test_k8_cli_tool_failures_from_raising_paths_are_one_line(workspace: Path) -> None:
+    """Issue 15 item 6: OS errors, deep arguments and broken input never print a traceback or an empty error."""
+    deep = '{"x": ' * 5000 + "1" + "}" * 5000
+    cases = [
+        ["tool", "read", json.dumps({"file_path": "a" * 300})],
+        ["tool", "ls", json.dumps({"path": "a" * 300})],
+        ["tool", "read", '{"file_path": "README.md", "x": ' + deep + "}"],
+        ["tool", "git", json.dumps({"command": "log", "ref": "r" * 100_000})],
+        ["artifact", "a3s://tool-output/" + "x" * 5000],
+        ["tool", "read", '{"file_path": "README.md"}', "--workspace", str(workspace / "missing")],
+    ]
+    for args in cases:
+        out = run(args, workspace)
+        assert out.returncode != 0, (args[:2], out.stdout[:200])
+        assert "Traceback" not in out.stderr, out.stderr[-2000:]
+        lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+        assert lines, "a failure always says something"
+        assert lines[0].strip() not in ("error:", "error: "), out.stderr
+        assert len(out.stderr.encode()) < 20_000, "error messages are bounded"
