@@ -7,6 +7,11 @@ is at most 1 MiB and bounded to 32 KiB. ``change`` then records ``{compacted, be
 sha256, artifact}, after{…}, unified_diff, diff_omitted}``. Below the threshold the sides stay
 inline and ``change.compacted`` is false. Events therefore never carry whole large files.
 
+The diff is carried once. Our file tools already put a bounded diff of the same change in
+``diff`` (with ``a/path``/``b/path`` headers, ``diff_truncated``/``diff_omitted``); when the change is
+compacted that diff *moves* to ``change.unified_diff`` (the top-level ``diff`` key is dropped) instead
+of a second copy being computed. Below the threshold nothing moves: ``diff`` stays where it was.
+
 Idempotent: metadata that already says ``change.compacted = true`` is returned unchanged.
 """
 
@@ -61,13 +66,23 @@ def compact_change_metadata(
         if compacted:
             out[side] = bounded_head_tail(data, CHANGE_SIDE_PREVIEW_BYTES).decode("utf-8")
     diff: str | None = None
-    if compacted and total <= MAX_DIFF_COMPUTE_BYTES:
+    omitted = compacted and total > MAX_DIFF_COMPUTE_BYTES
+    own = metadata.get("diff")
+    if compacted and isinstance(own, str):
+        # The tool's own diff of this change: move it (bounded again, in case a host tool sent it whole).
+        out.pop("diff", None)
+        omitted = bool(metadata.get("diff_omitted")) or (not own and omitted)
+        if own:
+            diff = bounded_head_tail(own.encode("utf-8", "replace"), CHANGE_DIFF_PREVIEW_BYTES).decode(
+                "utf-8"
+            )
+    elif compacted and total <= MAX_DIFF_COMPUTE_BYTES:
         text = unified_diff(
             before if isinstance(before, str) else "", after if isinstance(after, str) else ""
         )
         diff = bounded_head_tail(text.encode("utf-8", "replace"), CHANGE_DIFF_PREVIEW_BYTES).decode("utf-8")
     change["unified_diff"] = diff
-    change["diff_omitted"] = compacted and total > MAX_DIFF_COMPUTE_BYTES
+    change["diff_omitted"] = omitted
     out["change"] = change
     return out
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import json
+from pathlib import Path
 
 from kernel.artifacts import MemoryArtifactStore
 from kernel.projection import compact_change_metadata
@@ -100,3 +102,42 @@ def test_b3_unified_diff_marks_missing_final_newline() -> None:
     assert unified_diff("a\nb", "a\nc") == (
         "--- before\n+++ after\n@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+c\n\\ No newline at end of file\n"
     )
+
+
+def test_b3_large_write_through_a_session_carries_the_diff_once(tmp_path: Path) -> None:
+    """Issue 13 item 2: a large write's metadata holds one bounded diff (change.unified_diff), ~49 KB."""
+    from orchestrator import Agent
+
+    (tmp_path / "big.txt").write_text("".join(f"old line {i}\n" for i in range(20_000)))
+    content = "".join(f"new line {i}\n" for i in range(20_000))
+    with Agent() as agent:
+        s = agent.session(tmp_path)
+        res = s.tool("write", {"file_path": "big.txt", "content": content})
+        assert res.ok
+        meta = res.metadata
+        change = meta["change"]
+        assert change["compacted"] is True and "diff" not in meta
+        diff = change["unified_diff"]
+        assert diff.startswith("--- a/big.txt\n+++ b/big.txt\n")
+        assert 30 * 1024 < len(diff.encode()) <= 32 * 1024 + 200
+        # reference shape: two 8 KiB previews + one 32 KiB diff + small fields (≈ 49 KB), never two diffs
+        raw = _string_bytes(meta)
+        assert 48 * 1024 < raw < 50 * 1024, raw
+        assert len(json.dumps(meta, ensure_ascii=False).encode()) < 56 * 1024  # + JSON escapes of newlines
+        tool_end = [e for e in s.events() if e.type == "tool_end"][-1]
+        assert len(json.dumps(tool_end.data, ensure_ascii=False).encode()) < 40 * 1024
+        small = s.tool("write", {"file_path": "small.txt", "content": "a\nb\n"})
+        assert (
+            small.metadata["diff"].startswith("--- /dev/null\n")
+            and small.metadata["change"]["compacted"] is False
+        )
+
+
+def _string_bytes(value: object) -> int:
+    if isinstance(value, str):
+        return len(value.encode())
+    if isinstance(value, dict):
+        return sum(_string_bytes(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_string_bytes(v) for v in value)
+    return 0

@@ -138,4 +138,6 @@ def test_b3_big_write_metadata_compacts_through_the_kernel_projection(tmp_path: 
     assert change["compacted"] is True and change["after"]["sha256"] == res.metadata["after_sha256"]
     assert len(compacted["after"].encode()) < 9 * 1024 and len(compacted["before"].encode()) < 9 * 1024
     assert store.get(change["after"]["artifact"]["artifact_uri"]) == content.encode()
-    assert len(compacted["diff"].encode()) <= 32 * 1024 + 200
+    assert "diff" not in compacted, "the diff is carried once: it moved to change.unified_diff"
+    assert change["unified_diff"].startswith("--- a/big.txt\n+++ b/big.txt\n")
+    assert len(change["unified_diff"].encode()) <= 32 * 1024 + 200
