@@ -52,6 +52,7 @@ from kernel.policy import Allow, Ask, Deny, PermissionPolicy
 from kernel.redact import DefaultSecretRedactor, SecretRedactor
 from kernel.registry import Registry, ScopedRegistry
 from kernel.result import ToolResult
+from kernel.shell_commands import Subject, command_subjects_or_opaque
 from kernel.spec import ToolSpec
 from kernel.workspace import Workspace
 
@@ -323,8 +324,8 @@ class Kernel:
             self._deny(
                 inv, label, "skill_restriction", f"Tool '{inv.name}' is not allowed by the active skill"
             )
-        subject = spec.subject(params)
-        decision = self.policy.decide(inv.name, subject)
+        subjects = self._subjects(spec, params) if self.policy.rules_for(inv.name) else None
+        decision = self.policy.decide(inv.name, subjects)
         if isinstance(decision, Deny):
             self._deny(inv, label, "permission_policy", f"Permission denied: {decision.reason}.")
         needs_confirmation = isinstance(decision, Ask) or spec.requires_confirmation(params)
@@ -332,6 +333,32 @@ class Kernel:
             return
         reason = decision.reason if isinstance(decision, Ask) else "the tool asks for confirmation"
         await self._confirm(inv, label, reason)
+
+    def _subjects(self, spec: ToolSpec, params: Any) -> list[Subject] | None:
+        """What the rules are matched against (see ``ToolSpec.subject_kind`` and docs/kernel.md)."""
+        raw = spec.subject(params)
+        if raw is None:
+            return None
+        items = [raw] if isinstance(raw, str) else list(raw)
+        if spec.subject_kind == "command":
+            return [s for line in items for s in command_subjects_or_opaque(line)]
+        if spec.subject_kind == "path":
+            return [Subject.literal(form) for path in items for form in self._path_forms(path)]
+        return [Subject.literal(item) for item in items]
+
+    def _path_forms(self, path: str) -> list[str]:
+        """A path as written resolves (or is refused with the resolver's typed error): its lexical
+        workspace-relative form and the physical one symlinks lead to ('.' is the root)."""
+        ws = self.workspace
+        forms = [ws.normalize(path) or "."]
+        resolve = getattr(ws, "resolve", None)
+        root = ws.root
+        if callable(resolve) and root is not None:
+            real = resolve(path)
+            physical = "." if real == root else real.relative_to(root).as_posix()
+            if physical not in forms:
+                forms.append(physical)
+        return forms
 
     async def _confirm(self, inv: Invocation, label: str, reason: str) -> None:
         handler = self.options.confirmation

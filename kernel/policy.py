@@ -2,22 +2,35 @@
 
 ``PermissionPolicy(allow=[...], ask=[...], deny=[...])`` of rules ``Tool`` or ``Tool(specifier)``.
 The tool part is a glob on the tool name (``mcp__github__*``); the specifier is a glob on the call's
-*subject*: the command for ``bash``, the path for file tools, the host for web tools, the ``mode``
-for ``search``. Globs are ``fnmatch`` globs, so ``*`` also crosses ``/`` (``read(src/*)`` covers all
-of ``src/``). Precedence deny > ask > allow; a call no rule matches is ``Ask``. ``decide`` is a pure
-function of (tool, subject, policy).
+*subjects*: the resolved workspace-relative paths of file tools (every file a patch touches), each
+command a ``bash`` line runs (``kernel.shell_commands``), the host for web tools, the ``mode`` for
+``search``. Globs are ``fnmatch`` globs, so ``*`` also crosses ``/`` (``read(src/*)`` covers all
+of ``src/``).
+
+A call may have several subjects, and every one must pass: the call is denied if any subject is
+denied, asks if any asks, and is allowed only when all are allowed (per subject: deny > ask >
+allow, unmatched = ask). A subject may hold *unknown* parts (a shell expansion): a deny or ask rule
+matches when it could match some text the subject stands for, an allow rule only when it matches
+every such text; an ``OPAQUE`` subject therefore matches every deny rule and no allow rule.
+``decide`` is a pure function of (tool, subjects, policy).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fnmatch import translate
 from typing import Any
 
 from kernel.errors import InvalidArgument
+from kernel.shell_commands import Segments, Subject
 
 _RULE = re.compile(r"^\s*([A-Za-z0-9_*?\[\]\-]+)\s*(?:\((.*)\))?\s*$", re.DOTALL)
+MAX_INTERSECTION_STATES = 2_000_000
+UNKNOWN_MARK = "\x00"  # stands for an unknown part in the text an allow rule is matched against
+
+Atom = tuple[str, str]  # ("*", ""), ("?", ""), ("[", class regex), ("c", char)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,13 +53,15 @@ class Deny:
 
 
 Decision = Allow | Ask | Deny
+Subjects = str | Subject | Sequence[str | Subject] | None
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
     text: str
     tool: re.Pattern[str]
-    specifier: re.Pattern[str] | None
+    atoms: tuple[Atom, ...] | None  # None: no specifier, the rule matches every call of the tool
+    covers_rx: re.Pattern[str] | None
 
     @classmethod
     def parse(cls, text: str) -> Rule:
@@ -54,17 +69,34 @@ class Rule:
         if not m:
             raise InvalidArgument(f"invalid permission rule {text!r}: expected Tool or Tool(specifier)")
         tool, spec = m.group(1), m.group(2)
-        spec_re = (
-            None if spec is None or spec.strip() in ("", "*", "**") else re.compile(translate(spec.strip()))
-        )
-        return cls(text=text.strip(), tool=re.compile(translate(tool)), specifier=spec_re)
+        tool_rx = re.compile(translate(tool))
+        if spec is None or spec.strip() in ("", "*", "**"):
+            return cls(text=text.strip(), tool=tool_rx, atoms=None, covers_rx=None)
+        atoms = glob_atoms(spec.strip())
+        return cls(text.strip(), tool_rx, atoms, re.compile(_covers_regex(atoms), re.DOTALL))
+
+    def applies_to(self, tool: str) -> bool:
+        return self.tool.match(tool) is not None
+
+    def may_match(self, subject: Subject | None) -> bool:
+        """Deny/ask: could the specifier match some text of some form of ``subject``?"""
+        if self.atoms is None:
+            return True
+        if subject is None:
+            return False
+        return any(_intersects(self.atoms, form) for form in subject.forms)
+
+    def covers(self, subject: Subject | None) -> bool:
+        """Allow: does the specifier match every text of one allow form of ``subject``?"""
+        if self.atoms is None:
+            return True
+        if subject is None or self.covers_rx is None:
+            return False
+        return any(self.covers_rx.fullmatch(_with_unknowns(form)) is not None for form in subject.allow)
 
     def matches(self, tool: str, subject: str | None) -> bool:
-        if not self.tool.match(tool):
-            return False
-        if self.specifier is None:
-            return True
-        return subject is not None and self.specifier.match(subject) is not None
+        """One literal subject (kept for callers that have a plain string)."""
+        return self.applies_to(tool) and self.covers(None if subject is None else Subject.literal(subject))
 
 
 @dataclass(frozen=True)
@@ -83,18 +115,28 @@ class PermissionPolicy:
         compiled = tuple(tuple(Rule.parse(r) for r in rules) for rules in (self.deny, self.ask, self.allow))
         object.__setattr__(self, "_compiled", compiled)
 
-    def decide(self, tool: str, subject: str | None) -> Decision:
-        deny, ask, allow = self._compiled
+    def rules_for(self, tool: str) -> bool:
+        """Does any rule (of any kind) apply to ``tool``? (Callers may skip computing subjects.)"""
+        return any(r.applies_to(tool) for rules in self._compiled for r in rules)
+
+    def decide(self, tool: str, subjects: Subjects) -> Decision:
+        """Deny if any subject is denied, ask if any asks, allow only when every one is allowed."""
+        subs = _as_subjects(subjects)
+        deny, ask, allow = (tuple(r for r in rules if r.applies_to(tool)) for rules in self._compiled)
         for rule in deny:
-            if rule.matches(tool, subject):
+            if any(rule.may_match(s) for s in subs):
                 return Deny(f"Tool '{tool}' is blocked by permission policy ({rule.text})")
         for rule in ask:
-            if rule.matches(tool, subject):
+            if any(rule.may_match(s) for s in subs):
                 return Ask(f"permission rule {rule.text} asks for confirmation")
-        for rule in allow:
-            if rule.matches(tool, subject):
-                return Allow(f"allowed by {rule.text}")
-        return Ask("no permission rule matched")
+        used: list[str] = []
+        for s in subs:
+            found = next((r for r in allow if r.covers(s)), None)
+            if found is None:
+                return Ask("no permission rule matched" if len(subs) == 1 else "not every part is allowed")
+            if found.text not in used:
+                used.append(found.text)
+        return Allow(f"allowed by {', '.join(used)}")
 
     def to_json(self) -> dict[str, list[str]]:
         return {"allow": list(self.allow), "ask": list(self.ask), "deny": list(self.deny)}
@@ -106,3 +148,135 @@ class PermissionPolicy:
         if unknown:
             raise InvalidArgument(f"unknown permission policy keys: {sorted(unknown)}")
         return cls(allow=data.get("allow", ()), ask=data.get("ask", ()), deny=data.get("deny", ()))
+
+
+def _as_subjects(value: Subjects) -> list[Subject | None]:
+    if value is None:
+        return [None]
+    if isinstance(value, str):
+        return [Subject.literal(value)]
+    if isinstance(value, Subject):
+        return [value]
+    subs: list[Subject | None] = [Subject.literal(v) if isinstance(v, str) else v for v in value]
+    return subs or [None]
+
+
+# ---- globs over text with unknown parts ---------------------------------------------------------
+
+
+def glob_atoms(pattern: str) -> tuple[Atom, ...]:
+    """``fnmatch`` syntax as atoms: ``*``, ``?``, ``[...]`` (``[!...]`` negated), literal chars."""
+    atoms: list[Atom] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        i += 1
+        if c == "*":
+            if not atoms or atoms[-1][0] != "*":
+                atoms.append(("*", ""))
+        elif c == "?":
+            atoms.append(("?", ""))
+        elif c == "[":
+            j = i
+            if j < n and pattern[j] == "!":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 1
+            if j >= n:
+                atoms.append(("c", "["))
+                continue
+            body = pattern[i:j]
+            i = j + 1
+            negate = body.startswith("!")
+            if negate:
+                body = body[1:]
+            body = body.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
+            if body.startswith("^"):
+                body = "\\" + body
+            atoms.append(("[", f"[{'^' if negate else ''}{body}]"))
+        else:
+            atoms.append(("c", c))
+    return tuple(atoms)
+
+
+def _covers_regex(atoms: tuple[Atom, ...]) -> str:
+    """A regex over text where ``UNKNOWN_MARK`` is an unknown part: only ``*`` may consume one."""
+    parts: list[str] = []
+    for kind, value in atoms:
+        if kind == "*":
+            parts.append(".*")
+        elif kind == "?":
+            parts.append("[^\\x00]")
+        elif kind == "[":
+            parts.append(f"(?:(?!\\x00){value})")
+        else:
+            parts.append(re.escape(value))
+    return "".join(parts)
+
+
+def _with_unknowns(form: Segments) -> str:
+    return "".join(UNKNOWN_MARK if s is None else s.replace(UNKNOWN_MARK, "") for s in form)
+
+
+def _form_atoms(form: Segments) -> list[Atom]:
+    atoms: list[Atom] = []
+    for seg in form:
+        if seg is None:
+            if not atoms or atoms[-1][0] != "*":
+                atoms.append(("*", ""))
+        else:
+            atoms.extend(("c", ch) for ch in seg)
+    return atoms
+
+
+def _one_char_overlap(rule: Atom, char: str) -> bool:
+    kind, value = rule
+    if kind == "?":
+        return True
+    if kind == "c":
+        return value == char
+    return re.fullmatch(value, char) is not None
+
+
+def _intersects(rule: tuple[Atom, ...], form: Segments) -> bool:
+    """Is there a text matched by ``rule`` that ``form`` (with unknown parts) can stand for?
+
+    The product of the two patterns' automata, explored from (0, 0). Sound for deny and ask: when
+    in doubt (a product too large to explore) it answers True.
+    """
+    if all(seg is not None for seg in form):
+        return (
+            re.fullmatch(_covers_regex(rule), "".join(s for s in form if s is not None), re.DOTALL)
+            is not None
+        )
+    f = _form_atoms(form)
+    r_len, f_len = len(rule), len(f)
+    if (r_len + 1) * (f_len + 1) > MAX_INTERSECTION_STATES:
+        return True
+    stack = [(0, 0)]
+    seen = {(0, 0)}
+    while stack:
+        i, j = stack.pop()
+        if i == r_len and j == f_len:
+            return True
+        r_star = i < r_len and rule[i][0] == "*"
+        f_star = j < f_len and f[j][0] == "*"
+        nxt: list[tuple[int, int]] = []
+        if r_star:
+            nxt.append((i + 1, j))
+        if f_star:
+            nxt.append((i, j + 1))
+        if i < r_len and j < f_len:
+            if r_star and not f_star:
+                nxt.append((i, j + 1))
+            elif f_star and not r_star:
+                nxt.append((i + 1, j))  # the unknown part can be whatever this atom needs
+            elif not r_star and not f_star and _one_char_overlap(rule[i], f[j][1]):
+                nxt.append((i + 1, j + 1))
+        for state in nxt:
+            if state not in seen:
+                seen.add(state)
+                stack.append(state)
+    return False

@@ -10,10 +10,10 @@ message names the failing JSON path (``/files/0/limit: …`` or ``$: …``), at 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import jsonschema
 from pydantic import BaseModel, ValidationError
@@ -31,6 +31,8 @@ MAX_SCHEMA_BYTES = 256 * 1024
 TOOL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$")
 
 RunFn = Callable[["ToolContext", Any], Awaitable["ToolResult | str"]]
+SubjectFn = Callable[[Any], "str | Sequence[str] | None"]
+SubjectKind = Literal["value", "path", "command"]
 CapabilitiesFn = Callable[[Any], ToolCapabilities]
 
 
@@ -50,8 +52,11 @@ def _no_subject(_params: Any) -> str | None:
 class ToolSpec:
     """A tool. ``params`` (pydantic) or ``parameters`` (raw JSON Schema) describes its arguments.
 
-    ``subject`` gives the string a permission rule specifier is matched against (the command for
-    ``bash``, the path for file tools, the host for web tools, the mode for ``search``).
+    ``subject`` gives the string(s) a permission rule specifier is matched against, and
+    ``subject_kind`` says how the kernel reads them: ``"path"`` — workspace paths, matched after the
+    workspace resolver (lexical and physical forms; every path must pass); ``"command"`` — a bash
+    line, matched per command it runs (``kernel.shell_commands``); ``"value"`` — as given (the host
+    for web tools, the mode for ``search``). Several strings: every one must pass.
     ``orchestrator`` tools (``batch``, ``program``, workflows) make nested calls; only when they are
     also ``builtin`` can their children inherit host-direct trust.
     """
@@ -67,7 +72,8 @@ class ToolSpec:
     orchestrator: bool = False
     timeout_ms: int | None = None
     requires_confirmation: Callable[[Any], bool] = _never
-    subject: Callable[[Any], str | None] = _no_subject
+    subject: SubjectFn = _no_subject
+    subject_kind: SubjectKind = "value"
     path_fields: tuple[str, ...] = ()
     trust: str = "workspace_data"
     examples: tuple[dict[str, Any], ...] = ()

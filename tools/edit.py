@@ -185,6 +185,7 @@ TOOL = ToolSpec(
     capabilities=capabilities,
     requires=frozenset({"read", "write"}),
     subject=lambda p: p.file_path,
+    subject_kind="path",
     path_fields=("file_path",),
     examples=(
         {"file_path": "src/app.py", "old_string": "DEBUG = True", "new_string": "DEBUG = False"},

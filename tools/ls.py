@@ -98,6 +98,7 @@ TOOL = ToolSpec(
     capabilities=lambda _p: ToolCapabilities.read_only_paginated(16),
     requires=frozenset({"read"}),
     subject=lambda p: p.path or ".",
+    subject_kind="path",
     path_fields=("path",),
     examples=({"path": "src"},),
 )

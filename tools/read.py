@@ -81,10 +81,11 @@ def capabilities(_params: Params) -> ToolCapabilities:
     return ToolCapabilities.read_only_paginated(16)
 
 
-def subject(params: Params) -> str | None:
+def subject(params: Params) -> list[str]:
+    """Every path the call reads (the kernel resolves each; every one must pass the rules)."""
     if params.file_path is not None:
-        return params.file_path
-    return ",".join(f.path for f in params.files or [])
+        return [params.file_path]
+    return [f.path for f in params.files or []]
 
 
 async def run(ctx: ToolContext, params: Params) -> ToolResult:
@@ -331,6 +332,7 @@ TOOL = ToolSpec(
     capabilities=capabilities,
     requires=frozenset({"read"}),
     subject=subject,
+    subject_kind="path",
     path_fields=("file_path",),
     examples=(
         {"file_path": "src/main.py"},

@@ -77,6 +77,7 @@ TOOL = ToolSpec(
     capabilities=capabilities,
     requires=frozenset({"write"}),
     subject=lambda p: p.file_path,
+    subject_kind="path",
     path_fields=("file_path",),
     examples=({"file_path": "src/hello.py", "content": "print('hello')\n"},),
     builtin=True,

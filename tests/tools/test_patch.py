@@ -73,7 +73,7 @@ def test_patch_applies_a_unified_diff_with_prefixes(ws: Path) -> None:
     )
     assert m["before"].endswith("return os.getcwd()\n") and m["after"].endswith("return cwd\n")
     assert len(m["after_sha256"]) == 64 and "+    return cwd\n" in m["diff"]
-    assert TOOL.subject(TOOL.validate({"diff": APP_DIFF})) == "src/app.py"
+    assert TOOL.subject(TOOL.validate({"diff": APP_DIFF})) == ["src/app.py"]
 
 
 def test_patch_hunk_with_a_wrong_line_number_applies_only_at_a_unique_offset(ws: Path) -> None:
@@ -154,7 +154,12 @@ rename to new_name.py
         "new_name.py": ("renamed", "old_name.py"),
     }
     assert "=== new_name.py ===\nvalue = 2\n" in res.metadata["after"]
-    assert TOOL.subject(TOOL.validate({"diff": diff})) == "gone.txt,new/pkg/mod.py,new_name.py,old_name.py"
+    assert TOOL.subject(TOOL.validate({"diff": diff})) == [
+        "gone.txt",
+        "new/pkg/mod.py",
+        "new_name.py",
+        "old_name.py",
+    ]
     assert not [p for p in ws.rglob("*") if p.name.endswith((_fileio.TEMP_SUFFIX, _fileio.BACKUP_SUFFIX))]
 
 

@@ -276,6 +276,7 @@ TOOL = ToolSpec(
     requires=frozenset({"exec"}),
     requires_confirmation=requires_confirmation,
     subject=subject,
+    subject_kind="command",
     builtin=True,
     examples=(
         {"command": "ls -la"},

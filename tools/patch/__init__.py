@@ -10,9 +10,9 @@ commit plan), ``tools/_fileio.py`` (the atomic multi-file commit). Invariants:
 - Every path — headers, renames, envelope sections, ``file_path`` — goes through
   ``LocalWorkspace.resolve``; one outside the workspace fails the whole patch with
   ``path_outside_workspace``.
-- ``subject`` (what permission rules match) is the comma-joined, sorted list of every path the
-  patch touches (sources and destinations), or ``file_path`` when the diff cannot be parsed.
-  ``patch_paths`` gives the list itself for per-path checks.
+- ``subject`` (what permission rules match) is the sorted list of every path the patch touches
+  (both sides of renames, deletes, creates), or ``file_path`` when the diff cannot be parsed; the
+  kernel resolves each and every one must pass the rules.
 - Metadata: ``file_path`` (the first file), ``format``, ``files[]`` (per file: action, path,
   ``from_path``, SHA-256 and sizes of both sides, hunk count, ``offsets`` used) and a bounded
   combined ``diff``. ``before``/``after`` hold the full texts for a single-file patch; for several
@@ -77,8 +77,8 @@ def patch_paths(params: Params) -> list[str]:
     return sorted(paths)
 
 
-def _subject(params: Params) -> str | None:
-    return ",".join(patch_paths(params)) or None
+def _subject(params: Params) -> list[str] | None:
+    return patch_paths(params) or None
 
 
 def _metadata(fmt: str, planned: list[Planned]) -> dict[str, Any]:
@@ -158,6 +158,7 @@ TOOL = ToolSpec(
     capabilities=capabilities,
     requires=frozenset({"read", "write"}),
     subject=_subject,
+    subject_kind="path",
     path_fields=("file_path",),
     examples=(
         {
