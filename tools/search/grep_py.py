@@ -1,7 +1,9 @@
 """The pure-Python grep engine: works over the Workspace protocol alone (no local root needed).
 
 It walks with ``ignore.walk`` (ripgrep's filters), reads each file with ``read_bytes``, and finds
-matching lines with one whole-text ``re`` search per matching line: ``^``/``$`` are line anchors
+matching lines with one whole-text search per matching line — RE2 over the UTF-8 text
+(``linear_regex``: linear time, so the deadline holds for any pattern), Python ``re`` only for the
+few patterns RE2 cannot spell exactly; the scan checks the deadline between searches too: ``^``/``$`` are line anchors
 (``re.MULTILINE``), and a match that spans a line end (``\\s``, ``[^x]`` or ``(?s).`` can cross one
 in whole-text mode) is re-checked line by line, so the result is exactly "lines the pattern
 matches", ripgrep's definition. Decoding follows ripgrep: a UTF-8 BOM is dropped, a UTF-16 BOM
@@ -13,12 +15,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from typing import Any
 
 from kernel.workspace import Workspace
 from tools.search.dialect import required_literal
 from tools.search.grep import ContentSink, GrepQuery, Guard, Line, ScanResult, context_lines, read_failed
 from tools.search.grep_local import UTF16_BOMS, is_local, read_local, walk_local
 from tools.search.ignore import IgnoreRules, WalkReport, walk
+from tools.search.linear_regex import compile_linear
 
 UTF8_BOM = b"\xef\xbb\xbf"
 
@@ -40,39 +44,47 @@ def compile_python(q: GrepQuery) -> re.Pattern[str]:
     return re.compile(q.dialect.python, flags)
 
 
-def matching_lines(text: str, rx: re.Pattern[str]) -> list[int]:
-    """0-based indexes of the lines of ``text`` that ``rx`` matches (lines split on '\\n')."""
+CHECK_EVERY = 256  # searches between deadline checks inside one file
+
+
+def matching_lines(text: Any, rx: Any, check: Callable[[], None] | None = None) -> list[int]:
+    """0-based indexes of the lines of ``text`` (str, or UTF-8 bytes for RE2) that ``rx`` matches."""
+    nl: Any = "\n" if isinstance(text, str) else b"\n"
     out: list[int] = []
     n = len(text)
-    ends_open = n == 0 or text[-1] == "\n"  # position n then starts no line
+    ends_open = n == 0 or text[-1:] == nl  # position n then starts no line
     pos = 0
     line = 0
     counted = 0  # text[:counted] has been counted into `line`
     search = rx.search
     count = text.count
     find = text.find
+    tick = 0
     while pos <= n:
+        tick += 1
+        if check is not None and tick % CHECK_EVERY == 0:
+            check()
         m = search(text, pos)
         if m is None:
             break
         s, e = m.span()
         if s == n and ends_open:
             break
-        line += count("\n", counted, s)
+        line += count(nl, counted, s)
         counted = s
-        spanned = count("\n", s, e)
+        spanned = count(nl, s, e)
         if not spanned:
             out.append(line)
-            nxt = find("\n", s)
+            nxt = find(nl, s)
             if nxt < 0:
                 break
             line += 1
             counted = pos = nxt + 1
             continue
         # The match crossed a line end: check each spanned line on its own.
-        start = text.rfind("\n", 0, s) + 1
+        start = text.rfind(nl, 0, s) + 1
         for k in range(spanned + 1):
-            stop = find("\n", start)
+            stop = find(nl, start)
             stop = n if stop < 0 else stop
             if start == n and ends_open:
                 break
@@ -86,27 +98,32 @@ def matching_lines(text: str, rx: re.Pattern[str]) -> list[int]:
     return out
 
 
-def match_line_starts(text: str, rx: re.Pattern[str]) -> list[int] | None:
+def match_line_starts(text: Any, rx: Any, check: Callable[[], None] | None = None) -> list[int] | None:
     """Offsets of the first match on each matching line (ascending), or None when a match crossed a
     line end (then only ``matching_lines`` gives the exact answer).
 
     Same searches as ``matching_lines`` (each from the start of the line after the last hit), minus
     the line counting: callers that need line numbers count newlines only for the files they show.
     """
+    sep: Any = "\n" if isinstance(text, str) else b"\n"
     out: list[int] = []
     n = len(text)
-    ends_open = n == 0 or text[-1] == "\n"
+    ends_open = n == 0 or text[-1:] == sep
     search = rx.search
     find = text.find
     pos = 0
+    tick = 0
     while pos <= n:
+        tick += 1
+        if check is not None and tick % CHECK_EVERY == 0:
+            check()
         m = search(text, pos)
         if m is None:
             break
         s, e = m.span()
         if s == n and ends_open:
             break
-        nl = find("\n", s)
+        nl = find(sep, s)
         if nl < 0:
             nl = n
         if e > nl:
@@ -116,14 +133,15 @@ def match_line_starts(text: str, rx: re.Pattern[str]) -> list[int] | None:
     return out
 
 
-def line_indexes(text: str, starts: list[int]) -> list[int]:
+def line_indexes(text: Any, starts: list[int]) -> list[int]:
     """0-based line index of each offset in ``starts`` (ascending)."""
+    nl: Any = "\n" if isinstance(text, str) else b"\n"
     out: list[int] = []
     count = text.count
     line = 0
     prev = 0
     for s in starts:
-        line += count("\n", prev, s)
+        line += count(nl, prev, s)
         prev = s
         out.append(line)
     return out
@@ -157,7 +175,8 @@ class PythonEngine:
         return paths
 
     def _scan(self, ws: Workspace, q: GrepQuery, guard: Guard, sink: ContentSink | None) -> ScanResult:
-        rx = compile_python(q)
+        linear = compile_linear(q.dialect.rust, q.case_sensitive)
+        matcher: Any = linear if linear is not None else compile_python(q)
         literal = required_literal(q.dialect.python, q.case_sensitive)
         needle = literal.encode("utf-8") if literal else None
         result = ScanResult()
@@ -178,15 +197,16 @@ class PythonEngine:
             text = decode_text(data)
             if text is None:
                 continue
-            starts = match_line_starts(text, rx)
-            hits = matching_lines(text, rx) if starts is None else None
+            hay: Any = text if linear is None else text.encode("utf-8", "surrogatepass")
+            starts = match_line_starts(hay, matcher, guard.check)
+            hits = matching_lines(hay, matcher, guard.check) if starts is None else None
             n_hits = len(starts) if starts is not None else len(hits or ())
             if not n_hits:
                 continue
             result.counts[path] = n_hits
             if sink is not None and sink.wants(path):
                 if hits is None:
-                    hits = line_indexes(text, starts or [])
+                    hits = line_indexes(hay, starts or [])
                 lines: list[Line] = context_lines(split_lines(text), hits, q.context)
                 sink.add(path, lines)
         return result

@@ -1,0 +1,59 @@
+"""Deadlines hold for any grep pattern on the pure-Python engine (SPEC K-6, Q-2; issue 15 item 7).
+
+``(a+)+$`` backtracks exponentially in Python ``re``; on a ``git:`` workspace (the Python engine)
+it once ran 300 s past a 5 s timeout. The engine now searches with RE2 (linear time), so such
+patterns finish fast — or, if anything is slow, end within the deadline with a typed ``timeout``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kernel import SessionOptions
+from orchestrator import Agent
+from tools.search.dialect import translate
+from tools.search.linear_regex import compile_linear, re2_spelling
+
+CATASTROPHIC = [r"(a+)+$", r"(a|aa)+$", r"(a*)*b", r"^(\w+\s?)*$", r"(x+x+)+y", r"(.*a){12}"]
+
+
+@pytest.fixture()
+def repo(tmp_path: Path) -> Path:
+    line = "a" * 40 + "!\n"
+    (tmp_path / "evil.txt").write_text(line * 2000 + "a" * 5000 + "\n")
+    (tmp_path / "words.txt").write_text(("word " * 30 + "!\n") * 500)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "-A"], check=True)
+    subprocess.run(
+        ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"],
+        check=True,
+    )
+    return tmp_path
+
+
+@pytest.mark.parametrize("pattern", CATASTROPHIC)
+def test_k6_catastrophic_patterns_on_a_git_workspace_respect_the_deadline(
+    agent: Agent, repo: Path, pattern: str
+) -> None:
+    assert compile_linear(translate(pattern).rust, True) is not None, "RE2 reads the pattern exactly"
+    # Backtracking would need ~2^40 steps per line here: only a linear-time engine finishes at all.
+    opts = SessionOptions(tool_timeouts_ms={"search": 30_000})
+    s = agent.session(f"git:{repo}@HEAD", opts)
+    for mode in ("content", "count", "files_with_matches"):
+        res = s.tool("search", {"mode": "grep", "query": pattern, "output_mode": mode})
+        assert res.exit_code == 0, res.output[:300]
+    s.close()
+
+
+def test_q2_re2_spelling_keeps_rusts_unicode_classes() -> None:
+    rx = compile_linear(translate(r"ü\w+").rust, True)
+    assert rx is not None and rx.search("süße ünïcode".encode()) is not None
+    assert rx.search("ü!".encode()) is None
+    assert compile_linear(translate(r"\d+").rust, True).search("٣٤".encode()) is not None  # Arabic-Indic
+    assert compile_linear(translate(r"a\sb").rust, True).search("a\u3000b".encode()) is not None
+    assert compile_linear(translate("(?i)STRASSE").rust, True).search(b"strasse") is not None
+    assert re2_spelling(r"[\w-]") == r"[\p{L}\p{Nl}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}-]"
+    assert compile_linear(translate(r"[\W]").rust, True) is None  # no exact RE2 spelling: falls back to re
