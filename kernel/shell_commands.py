@@ -32,8 +32,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import bashlex
-
 MAX_COMMAND_CHARS = 256 * 1024
 MAX_NESTING = 16  # eval / sh -c / trap strings inside each other
 
@@ -84,6 +82,8 @@ def _parse_into(line: str, out: list[Subject], depth: int) -> None:
         raise Unparseable("command is nested or sized beyond what the rules read")
     if not line.strip():
         return
+    import bashlex  # lazy: its parser tables take a while to build, and most processes never need them
+
     try:
         trees = bashlex.parse(line)
     except Exception as exc:  # bashlex raises ParsingError, NotImplementedError, and worse
