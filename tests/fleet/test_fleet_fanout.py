@@ -4,6 +4,7 @@ cancellation reaches the jobs; ``a3s-fleet status`` sees workers, queues and run
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import subprocess
 import time
@@ -14,7 +15,7 @@ import pytest
 from config.settings import Settings
 from orchestrator import Agent
 from orchestrator.dispatch import CeleryRunner
-from orchestrator.fanout import Branch
+from orchestrator.fanout import Branch, FanOutPolicy, fan_out
 
 from .conftest import BIN, EXTRA_TOOLS, ROOT, FleetEnv, WorkerProcess
 
@@ -94,16 +95,28 @@ def test_f5_status_lists_workers_queue_and_the_running_run(
     fleet: FleetEnv, shared_workers: list[WorkerProcess], tmp_path: Path
 ) -> None:
     """F-5 / operations: `a3s-fleet status --json` shows live workers, the queue and a run in flight."""
-    # Naps outlast both status calls (each waits up to its --timeout for worker replies).
-    branches = [Branch("nap", {"ms": 8_000, "tag": str(i)}, f"nap {i}") for i in range(4)]
-    with Agent(fleet.settings()) as agent, concurrent.futures.ThreadPoolExecutor(1) as pool:
+    # Naps outlast the status calls (each waits up to its --timeout for worker replies); the run is
+    # cancelled once the status output has been read.
+    branches = [Branch("nap", {"ms": 60_000, "tag": str(i)}, f"nap {i}") for i in range(4)]
+    with Agent(fleet.settings()) as agent:
         session = agent.session(tmp_path)
-        pending = pool.submit(session.fan_out, branches, run_id="status-run-1", timeout_ms=30_000)
-        time.sleep(0.8)
-        out = subprocess.run(
-            [str(BIN / "a3s-fleet"), "status", "--json", "--timeout", "2"],
-            env=fleet.env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
-        )  # fmt: skip
+        running = agent.loop.submit(
+            fan_out(session.runner, "status-run-1", branches, FanOutPolicy(timeout_ms=90_000))
+        )
+        # Wait for the run to be registered and its jobs to be running (not a fixed sleep: under
+        # load, starting the run can take longer than any guess).
+        deadline = time.monotonic() + 25
+        while True:
+            out = subprocess.run(
+                [str(BIN / "a3s-fleet"), "status", "--json", "--timeout", "2"],
+                env=fleet.env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
+            )  # fmt: skip
+            seen = json.loads(out.stdout)
+            busy = [job for w in seen["workers"] for job in w["active"]]
+            if any(r["run_id"] == "status-run-1" for r in seen["runs"]) and busy:
+                break
+            assert time.monotonic() < deadline, f"run never showed up in status: {out.stdout}"
+            time.sleep(0.2)
         text = subprocess.run(
             [str(BIN / "a3s-fleet"), "status", "--timeout", "1"],
             env=fleet.env,
@@ -113,7 +126,9 @@ def test_f5_status_lists_workers_queue_and_the_running_run(
             timeout=60,
             check=True,
         ).stdout
-        assert pending.result(timeout=30).status == "complete"
+        running.cancel()
+        with contextlib.suppress(concurrent.futures.CancelledError):
+            running.result(timeout=30)
     status = json.loads(out.stdout)
     names = {w["name"] for w in status["workers"]}
     assert {w.name for w in shared_workers} <= names
