@@ -180,6 +180,8 @@ def os_error(what: str, exc: OSError, path: str) -> ToolError:
         return NotFound(f"{what}: no such file or directory: {path}", path=path)
     if code == errno.ELOOP:
         return PathOutsideWorkspace(f"{what}: symlink loop while resolving {path}", path=path)
+    if code in (errno.ENXIO, errno.ENODEV, errno.EOPNOTSUPP):
+        return InvalidArgument(f"{path} is not a regular file (devices, FIFOs and sockets are refused)")
     return ToolError(f"{what}: {exc.strerror or exc}", errno=code, path=path)
 
 
@@ -372,6 +374,14 @@ class Beneath:
             return os.open(parts[-1], flags | os.O_NOFOLLOW, dir_fd=cur.fd)
         finally:
             cur.close()
+
+    def lstat_strict(self, path: str) -> os.stat_result:
+        """``lstat`` of ``path`` reached without following any symlink (``OSError`` otherwise)."""
+        fd = self.open_strict(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            return os.fstat(fd)
+        finally:
+            os.close(fd)
 
     def open_regular(self, path: str, *, follow_symlinks: bool = True) -> tuple[int, os.stat_result]:
         """A read-only descriptor of the regular file at ``path`` and its ``fstat``.

@@ -144,6 +144,9 @@ class GitTreeWorkspace:
         pending = [p for p in path.split("/") if p not in ("", ".")]
         stack: list[str] = []
         trees: list[pygit2.Oid] = [self._tree_id]
+        # Components below a missing one: lexical until a '..' climbs back to a real tree, where
+        # the physical walk resumes (so 'nothere/../link' still follows 'link' and checks it).
+        missing: list[str] = []
         follows = 0
         with self._lock:
             while pending:
@@ -151,15 +154,22 @@ class GitTreeWorkspace:
                 if part in ("", "."):
                     continue
                 if part == "..":
+                    if missing:
+                        missing.pop()
+                        continue
                     if not stack:
                         raise PathOutsideWorkspace(f"path escapes the workspace: {path}", path=path)
                     stack.pop()
                     trees.pop()
                     continue
+                if missing:
+                    missing.append(part)
+                    continue
                 tree = self._tree(trees[-1])
                 entry = tree[part] if part in tree else None
                 if entry is None:
-                    return self._missing(path, [*stack, part], pending)
+                    missing.append(part)
+                    continue
                 mode = int(entry.filemode)
                 if mode == MODE_LINK and (pending or follow_last):
                     follows += 1
@@ -182,18 +192,9 @@ class GitTreeWorkspace:
                 stack.append(part)
                 kind = "submodule" if mode == MODE_COMMIT else ("symlink" if mode == MODE_LINK else "file")
                 return self._checked(path, _Node("/".join(stack), kind, entry.id, mode))
+        if missing:
+            return self._checked(path, _Node("/".join([*stack, *missing]), "missing", None, 0))
         return self._checked(path, _Node("/".join(stack), "dir", trees[-1], MODE_TREE))
-
-    def _missing(self, path: str, stack: list[str], pending: list[str]) -> _Node:
-        """A path whose tail does not exist: finish lexically (no symlinks can follow)."""
-        for rest in pending:
-            if rest == "..":
-                if not stack:
-                    raise PathOutsideWorkspace(f"path escapes the workspace: {path}", path=path)
-                stack.pop()
-            elif rest not in ("", "."):
-                stack.append(rest)
-        return self._checked(path, _Node("/".join(stack), "missing", None, 0))
 
     def _checked(self, path: str, node: _Node) -> _Node:
         if node.path.split("/", 1)[0] == INTERNAL_DIR:

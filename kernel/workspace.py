@@ -23,12 +23,13 @@ import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import BinaryIO, Literal, Protocol, runtime_checkable
 
-from kernel.errors import InvalidArgument, NotFound, PathOutsideWorkspace
+from kernel.beneath import INTERNAL_DIR as INTERNAL_DIR
+from kernel.beneath import MAX_SYMLINK_FOLLOWS as MAX_SYMLINK_FOLLOWS
+from kernel.beneath import O_LIST_DIR, Beneath, Fd, Located
+from kernel.errors import InvalidArgument, NotFound, PathOutsideWorkspace, ToolError
 
-INTERNAL_DIR = ".a3s"
-MAX_SYMLINK_FOLLOWS = 40
 MAX_PATH_BYTES = 4096
 
 EntryKind = Literal["file", "dir", "symlink", "other"]
@@ -151,13 +152,20 @@ def _escapes(path: str) -> bool:
 
 
 class LocalWorkspace:
-    """A directory on this machine. ``writable=False`` gives a read-only local view."""
+    """A directory on this machine. ``writable=False`` gives a read-only local view.
+
+    The root is pinned when the workspace is opened (``kernel.beneath.Beneath`` holds it as a
+    directory descriptor); every method resolves and opens relative to it, race-free. The
+    descriptor-level API for tools (``locate``, ``open_file``, ``open_directory``, ``lstat``) is
+    documented in ``docs/workspace-tools.md``.
+    """
 
     def __init__(self, root: str | os.PathLike[str], *, writable: bool = True, exec_: bool = True) -> None:
         real = Path(os.path.realpath(os.fspath(root)))
         if not real.is_dir():
             raise NotFound(f"workspace directory does not exist: {root}", path=os.fspath(root))
         self._root = real
+        self._beneath = Beneath(str(real))
         caps = {"read", "local", "search"}
         if writable:
             caps.add("write")
@@ -179,121 +187,133 @@ class LocalWorkspace:
     def root(self) -> Path:
         return self._root
 
+    @property
+    def beneath(self) -> Beneath:
+        """The pinned root and its race-free resolver (``kernel.beneath``)."""
+        return self._beneath
+
     def normalize(self, path: str) -> str:
         rel = normalize_relative(path)
-        real = self.resolve(path)
-        if ".." in path.split("/"):
-            # '..' is physical (it applies after any symlink before it), so the lexical form could
-            # name another file: answer with the location the resolver actually reached.
-            return self._rel(real) if real != self._root else ""
+        with self.locate(path) as loc:
+            if ".." in path.split("/"):
+                # '..' is physical (it applies after any symlink before it), so the lexical form could
+                # name another file: answer with the location the resolver actually reached.
+                return loc.rel
         return rel
 
-    def resolve(self, path: str) -> Path:
-        """The physical path for ``path``, following symlinks component by component.
+    def locate(self, path: str, *, follow_last: bool = True) -> Located:
+        """Where ``path`` leads, pinned by the verified descriptor of its parent directory.
 
-        Each symlink is followed relative to where it sits; every intermediate location must stay
-        inside the root. Non-existent trailing components are allowed (a file about to be created).
+        Symlinks are followed one component at a time (``follow_last=False`` keeps a final symlink
+        itself); every location on the way must stay inside the root and outside ``.a3s``. Missing
+        trailing components are allowed (``Located.missing``: directories a write would create).
+        The caller closes the result (``with ws.locate(p) as loc``).
         """
-        # Validation only (absolute, NUL, look-alikes, lexical escapes, .a3s): the walk below uses
-        # the raw components, because '..' after a symlink is applied where the symlink led.
         normalize_relative(path)
-        root = self._root
-        current = root
-        pending = [p for p in path.split("/") if p not in ("", ".")]
-        follows = 0
-        while pending:
-            part = pending.pop(0)
-            if part == ".":
-                continue
-            if part == "..":
-                if current == root:
-                    raise PathOutsideWorkspace(f"path escapes the workspace: {path}", path=path)
-                current = current.parent
-                continue
-            candidate = current / part
-            try:
-                st = os.lstat(candidate)
-            except FileNotFoundError:
-                current = candidate
-                # The rest cannot be symlinks; keep lexical, but still refuse '..' past the root.
-                for rest in pending:
-                    if rest == "..":
-                        if current == root:
-                            raise PathOutsideWorkspace(
-                                f"path escapes the workspace: {path}", path=path
-                            ) from None
-                        current = current.parent
-                    elif rest not in ("", "."):
-                        current = current / rest
-                pending = []
-                break
-            except NotADirectoryError as exc:
-                raise NotFound(f"not a directory on the way to {path}", path=path) from exc
-            if stat_mod.S_ISLNK(st.st_mode):
-                follows += 1
-                if follows > MAX_SYMLINK_FOLLOWS:
-                    raise PathOutsideWorkspace(f"symlink loop while resolving {path}", path=path)
-                target = os.readlink(candidate)
-                if target.startswith("/"):
-                    target_path = Path(os.path.normpath(target))
-                    if not _is_within(target_path, root):
-                        raise PathOutsideWorkspace(
-                            f"symlink {self._rel(candidate)} points outside the workspace", path=path
-                        )
-                    current = root
-                    pending = [
-                        p for p in str(target_path.relative_to(root)).split("/") if p not in ("", ".")
-                    ] + pending
-                else:
-                    pending = [p for p in target.split("/") if p not in ("", ".")] + pending
-                continue
-            current = candidate
-        if not _is_within(current, root):
-            raise PathOutsideWorkspace(f"path escapes the workspace: {path}", path=path)
-        inner = current.relative_to(root).parts
-        if inner and inner[0] == INTERNAL_DIR:
-            raise PathOutsideWorkspace(f"{INTERNAL_DIR}/ is internal to a3s-fleet: {path}", path=path)
-        return current
+        return self._beneath.locate(path, follow_last=follow_last)
 
-    def _rel(self, p: Path) -> str:
-        try:
-            return p.relative_to(self._root).as_posix()
-        except ValueError:
-            return str(p)
+    def resolve(self, path: str) -> Path:
+        """The physical path ``path`` leads to (see ``locate``).
+
+        A path string is only as good as the moment it was computed: code that opens or creates
+        files uses ``locate``/``open_file``/``open_directory`` instead, which cannot be raced.
+        """
+        with self.locate(path) as loc:
+            return self._root / loc.rel if loc.rel else self._root
 
     def stat(self, path: str) -> Entry:
-        real = self.resolve(path)
-        try:
-            st = os.stat(real)
-        except FileNotFoundError as exc:
-            raise NotFound(f"no such file or directory: {path or '.'}", path=path) from exc
-        return _entry(self._rel(real) if real != self._root else "", st)
+        """The entry ``path`` leads to (symlinks followed inside the workspace)."""
+        with self.locate(path) as loc:
+            st = loc.lstat
+            if not loc.name:
+                st = os.stat(".", dir_fd=loc.parent.fd)
+            if st is None or loc.missing:
+                raise NotFound(f"no such file or directory: {path or '.'}", path=path)
+            return _entry(loc.rel, st)
+
+    def lstat(self, path: str) -> Entry:
+        """Like ``stat`` but a final symlink is described itself, not followed."""
+        with self.locate(path, follow_last=False) as loc:
+            st = loc.lstat
+            if not loc.name:
+                st = os.stat(".", dir_fd=loc.parent.fd)
+            if st is None or loc.missing:
+                raise NotFound(f"no such file or directory: {path or '.'}", path=path)
+            return _entry(loc.rel, st)
+
+    def open_file(self, path: str, *, follow_symlinks: bool = True) -> BinaryIO:
+        """The regular file at ``path``, open for reading (unbuffered; the caller closes it).
+
+        Opened with ``O_NOFOLLOW | O_NONBLOCK`` and checked with ``fstat``: directories, FIFOs,
+        sockets and devices are refused (``invalid_argument``) without blocking.
+        ``follow_symlinks=False`` also refuses a symlink at any component.
+        """
+        normalize_relative(path)
+        fd, _ = self._beneath.open_regular(path, follow_symlinks=follow_symlinks)
+        return os.fdopen(fd, "rb", buffering=0)
 
     def read_bytes(self, path: str) -> bytes:
-        real = self.resolve(path)
+        normalize_relative(path)
         try:
-            st = os.stat(real)
-        except FileNotFoundError as exc:
-            raise NotFound(f"File not found: {path}", path=path) from exc
-        if stat_mod.S_ISDIR(st.st_mode):
-            raise InvalidArgument(f"{path} is a directory")
-        if not stat_mod.S_ISREG(st.st_mode):
-            raise InvalidArgument(f"{path} is not a regular file (devices, FIFOs and sockets are refused)")
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as fh:
-            return fh.read()
+            fd, st = self._beneath.open_regular(path)
+        except NotFound:
+            raise NotFound(f"File not found: {path}", path=path) from None
+        try:
+            return _read_fd(fd, st.st_size)
+        finally:
+            os.close(fd)
+
+    def open_directory(self, path: str) -> tuple[Fd, str]:
+        """A readable descriptor of directory ``path`` and its physical relative path (for scandir)."""
+        normalize_relative(path)
+        return self._beneath.open_directory(path)
 
     def list_dir(self, path: str) -> list[Entry]:
-        real = self.resolve(path)
-        base = self._rel(real) if real != self._root else ""
-        try:
-            scan = list(os.scandir(real))
-        except FileNotFoundError as exc:
-            raise NotFound(f"Directory not found: {path or '.'}", path=path) from exc
-        except NotADirectoryError as exc:
-            raise InvalidArgument(f"{path} is not a directory") from exc
-        out: list[Entry] = []
-        for de in scan:
+        dir_fd, base = self.open_directory(path)
+        with dir_fd:
+            out = _scan_entries(dir_fd.fd, base)
+        out.sort(key=lambda e: e.name)
+        return out
+
+    def walk_files(self, path: str = "") -> Iterator[Entry]:
+        """Every regular file below ``path`` (sorted, symlinks not followed, ``.a3s`` skipped).
+
+        Directories below ``path`` are opened from the root descriptor with every symlink refused,
+        so a directory swapped for a symlink mid-walk is skipped, never followed.
+        """
+        entry = self.stat(path)
+        if entry.kind == "file":
+            yield entry
+            return
+        if entry.kind != "dir":
+            return
+        pending = [entry.path]
+        while pending:
+            rel_dir = pending.pop()
+            try:
+                if rel_dir == entry.path:
+                    fd, _ = self._beneath.open_directory(rel_dir)
+                else:
+                    fd = Fd(self._beneath.open_strict(rel_dir, O_LIST_DIR))
+            except (ToolError, OSError):
+                continue
+            with fd:
+                try:
+                    entries = _scan_entries(fd.fd, rel_dir)
+                except OSError:
+                    continue
+            entries.sort(key=lambda e: e.name)
+            for e in entries:
+                if e.kind == "file":
+                    yield e
+            pending.extend(e.path for e in reversed(entries) if e.kind == "dir")
+
+
+def _scan_entries(dir_fd: int, base: str) -> list[Entry]:
+    """The entries of an open directory (internal ``.a3s`` at the root left out), never following."""
+    out: list[Entry] = []
+    with os.scandir(dir_fd) as it:
+        for de in it:
             if not base and de.name == INTERNAL_DIR:
                 continue
             try:
@@ -301,33 +321,16 @@ class LocalWorkspace:
             except FileNotFoundError:
                 continue
             out.append(_entry(f"{base}/{de.name}" if base else de.name, st))
-        out.sort(key=lambda e: e.name)
-        return out
-
-    def walk_files(self, path: str = "") -> Iterator[Entry]:
-        real = self.resolve(path)
-        base = self._rel(real) if real != self._root else ""
-        if real.is_file():
-            yield _entry(base, os.stat(real))
-            return
-        for dirpath, dirnames, filenames in os.walk(real):
-            rel_dir = os.path.relpath(dirpath, self._root)
-            rel_dir = "" if rel_dir == "." else rel_dir
-            if not rel_dir:
-                dirnames[:] = [d for d in dirnames if d != INTERNAL_DIR]
-            dirnames.sort()
-            for fn in sorted(filenames):
-                full = os.path.join(dirpath, fn)
-                try:
-                    st = os.lstat(full)
-                except FileNotFoundError:
-                    continue
-                if stat_mod.S_ISREG(st.st_mode):
-                    yield _entry(f"{rel_dir}/{fn}" if rel_dir else fn, st)
+    return out
 
 
-def _is_within(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+def _read_fd(fd: int, size_hint: int) -> bytes:
+    parts: list[bytes] = []
+    want = max(size_hint + 1, 65536)
+    while chunk := os.read(fd, want):
+        parts.append(chunk)
+        want = 1 << 20
+    return b"".join(parts)
 
 
 def _entry(rel: str, st: os.stat_result) -> Entry:

@@ -2,13 +2,24 @@
 
 Invariants:
 
-- Every path comes from ``LocalWorkspace.resolve`` (``target``); parents are created only inside
-  the workspace and the path is resolved again after ``mkdir`` so a symlink planted meanwhile
-  cannot carry the write outside.
-- New bytes go to a temp file *beside* the target (same filesystem), are fsynced, get the old
+- Every path is located by ``LocalWorkspace.locate`` (``target``): the result pins the verified
+  descriptor of the file's parent directory (``kernel.beneath``), and *every* later step — reading
+  the old bytes, creating missing parent directories, the temp file, the CAS re-read, the backup
+  link, the rename, the unlink, the directory fsync — happens relative to that descriptor with the
+  final name, never by path string. A process that swaps a directory for a symlink meanwhile makes
+  the call fail or lands it where the directory now is inside the workspace, never outside.
+- Missing parent directories are created one at a time with ``mkdirat`` and reopened with
+  ``O_NOFOLLOW``; a symlink swapped in between fails the write.
+- Governed origins (``agent``, ``governed_nested``, governed host-direct) may not create, change or
+  delete anything inside a ``.git`` directory or file at any depth, under any spelling that leads
+  there (``a/../.git``, a symlink to ``.git``, case or trailing-dot variants, ``git~1``), nor the
+  git directory a root ``.git`` symlink or ``gitdir:`` file points to inside the workspace:
+  ``permission_denied`` (reason ``protected_path``). ``.a3s/`` is refused to every origin by the
+  resolver (``path_outside_workspace``).
+- New bytes go to a temp file *beside* the target (same directory), are fsynced, get the old
   file's permission bits (new files: ``NEW_FILE_MODE`` exactly, independent of the process umask,
   so results do not depend on how a worker was started), then replace the target with
-  ``os.replace``; the parent directory is fsynced after. Readers see the old or the new file, never
+  ``renameat``; the parent directory is fsynced after. Readers see the old or the new file, never
   a mix. Hard links to the old file keep the old content (rename makes a new inode).
 - Compare-and-swap: each change carries the ``FileState`` it was computed from. Right before the
   renames the current size, mtime and SHA-256 are checked again; any difference raises
@@ -20,6 +31,8 @@ Invariants:
   done ones are rolled back from the backups in reverse order, created files and directories are
   removed. A crash of the whole process midway can leave some files renamed and ``.a3s-bak``
   backups behind; that is the documented limit.
+- Only regular files are read or replaced: a directory, FIFO, socket or device at the path is
+  refused (opened ``O_NONBLOCK``, so a FIFO never blocks).
 - ``_before_commit`` is a test seam: when set, it is called with the target paths after the temp
   files are written and before the CAS check, so a test can modify a file at exactly that point.
 """
@@ -27,20 +40,22 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import stat as stat_mod
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernel.beneath import O_READ, O_WALK_DIR, Fd, Located, create_temp, fsync_dir, temp_name, write_all
 from kernel.context import ToolContext
 from kernel.errors import (
     Cancelled,
     InvalidArgument,
     NotFound,
     PathOutsideWorkspace,
+    PermissionDenied,
     ToolError,
     Unsupported,
     VersionConflict,
@@ -50,16 +65,27 @@ from kernel.workspace import LocalWorkspace, normalize_relative
 NEW_FILE_MODE = 0o644
 TEMP_SUFFIX = ".a3s-tmp"
 BACKUP_SUFFIX = ".a3s-bak"
+GITDIR_PREFIX = "gitdir:"
+MAX_GITFILE_BYTES = 4096
 
 # Test seam (see module docstring): ``Callable[[list[Path]], None] | None``.
 _before_commit: Callable[[list[Path]], None] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Target:
     rel: str  # clean workspace-relative path, as shown to the model
-    path: Path  # physical path inside the workspace
     workspace: LocalWorkspace
+    loc: Located  # the verified parent directory, the final name, missing directories
+
+    @property
+    def path(self) -> Path:
+        """The physical location (for messages and the test seam; never opened by this string)."""
+        return self.workspace.root / self.loc.rel
+
+    @property
+    def name(self) -> str:
+        return self.loc.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +115,15 @@ class Change:
 @dataclass(slots=True)
 class _Staged:
     change: Change
-    temp: Path | None = None
-    backup: Path | None = None
+    parent: Fd | None = None  # the directory the file lives in (created ones included)
+    temp: str | None = None
+    backup: str | None = None
     done: bool = False
-    created_dirs: list[Path] = field(default_factory=list)
+    created_dirs: list[tuple[Fd, str]] = field(default_factory=list)
+
+    @property
+    def dir_fd(self) -> int:
+        return (self.parent or self.change.target.loc.parent).fd
 
 
 def local_workspace(ctx: ToolContext) -> LocalWorkspace:
@@ -110,30 +141,110 @@ def require_session(ctx: ToolContext) -> None:
         raise InvalidArgument("writes need a non-blank session id; nothing was written")
 
 
-def target(ws: LocalWorkspace, file_path: str) -> Target:
+def target(ws: LocalWorkspace, file_path: str, *, protect: bool = False) -> Target:
+    """Locate ``file_path`` for a write; ``protect`` (governed origins) refuses git metadata."""
     rel = normalize_relative(file_path)
     if not rel:
         raise InvalidArgument("file_path names the workspace root, not a file")
-    return Target(rel=rel, path=ws.resolve(rel), workspace=ws)
+    loc = ws.locate(file_path)
+    if ".." in file_path.split("/"):
+        rel = loc.rel  # '..' is physical: show where the path really leads
+    if not loc.name:
+        loc.close()
+        raise InvalidArgument("file_path names the workspace root, not a file")
+    if protect:
+        try:
+            check_not_git_metadata(ws, rel, loc.rel)
+        except ToolError:
+            loc.close()
+            raise
+    return Target(rel=rel, workspace=ws, loc=loc)
+
+
+def is_git_name(part: str) -> bool:
+    """``.git`` under any spelling a file system may treat as it (case, trailing dots/spaces, 8.3)."""
+    folded = part.rstrip(". ").lower()
+    return folded == ".git" or folded == "git~1"
+
+
+def check_not_git_metadata(ws: LocalWorkspace, rel: str, physical: str) -> None:
+    """Refuse (``permission_denied``) a model-side change inside git metadata (module docstring)."""
+    for shown in (rel, physical):
+        if any(is_git_name(part) for part in shown.split("/")):
+            raise _protected(rel)
+    for git_dir in _redirected_git_dirs(ws):
+        if physical == git_dir or physical.startswith(git_dir + "/"):
+            raise _protected(rel)
+
+
+def _protected(rel: str) -> PermissionDenied:
+    return PermissionDenied(
+        f"{rel} is git metadata (.git): model-side write, edit and patch may not create, change or "
+        "delete it; use the git tool for repository operations",
+        reason="protected_path",
+        path=rel,
+    )
+
+
+def _redirected_git_dirs(ws: LocalWorkspace) -> list[str]:
+    """Workspace-relative git directories the root ``.git`` symlink or ``gitdir:`` file points to."""
+    try:
+        st = os.stat(".git", dir_fd=ws.beneath.root_fd, follow_symlinks=False)
+    except OSError:
+        return []
+    found: list[str] = []
+    try:
+        if stat_mod.S_ISLNK(st.st_mode):
+            with ws.locate(".git") as loc:
+                found.append(loc.rel)
+        elif stat_mod.S_ISREG(st.st_mode):
+            with ws.open_file(".git") as fh:
+                head = fh.read(MAX_GITFILE_BYTES).decode("utf-8", "replace")
+            if head.startswith(GITDIR_PREFIX):
+                target_path = head[len(GITDIR_PREFIX) :].strip()
+                inner = _inside_root(ws, target_path)
+                if inner is not None:
+                    found.append(inner)
+    except ToolError:
+        pass  # points outside (unreachable by file tools anyway) or unreadable
+    return found
+
+
+def _inside_root(ws: LocalWorkspace, target_path: str) -> str | None:
+    full = os.path.normpath(os.path.join(str(ws.root), target_path))
+    root = str(ws.root)
+    if full == root or not full.startswith(root.rstrip("/") + "/"):
+        return None
+    try:
+        with ws.locate(full[len(root) + 1 :]) as loc:
+            return loc.rel
+    except ToolError:
+        return None
 
 
 def read_state(t: Target) -> FileState:
     """The file as it is now (regular files only; directories and devices are refused)."""
+    if t.loc.missing:
+        return FileState(exists=False)
     try:
-        st = os.stat(t.path)
+        fd = os.open(t.name, O_READ, dir_fd=t.loc.parent.fd)
     except FileNotFoundError:
         return FileState(exists=False)
-    except NotADirectoryError as exc:
-        raise InvalidArgument(f"a parent of {t.rel} is not a directory") from exc
-    if stat_mod.S_ISDIR(st.st_mode):
-        raise InvalidArgument(f"{t.rel} is a directory")
-    if not stat_mod.S_ISREG(st.st_mode):
-        raise InvalidArgument(f"{t.rel} is not a regular file")
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InvalidArgument(f"{t.rel} changed into a symlink while it was opened; retry") from None
+        raise _os_error(f"cannot read {t.rel}", exc) from exc
     try:
-        with open(t.path, "rb") as fh:
-            data = fh.read()
+        st = os.fstat(fd)
+        if stat_mod.S_ISDIR(st.st_mode):
+            raise InvalidArgument(f"{t.rel} is a directory")
+        if not stat_mod.S_ISREG(st.st_mode):
+            raise InvalidArgument(f"{t.rel} is not a regular file")
+        data = _read_all(fd)
     except OSError as exc:
         raise _os_error(f"cannot read {t.rel}", exc) from exc
+    finally:
+        os.close(fd)
     return FileState(
         exists=True,
         data=data,
@@ -155,8 +266,8 @@ def require_existing(t: Target) -> FileState:
 
 def commit(changes: list[Change], *, cancelled: Callable[[], bool] | None = None) -> None:
     """Apply every change or none (see the module docstring for the exact guarantee)."""
-    paths = [c.target.path for c in changes]
-    if len(set(paths)) != len(paths):
+    physical = [c.target.loc.rel for c in changes]
+    if len(set(physical)) != len(physical):
         raise InvalidArgument("the same file is changed twice in one commit")
     staged = [_Staged(c) for c in changes]
     try:
@@ -164,95 +275,124 @@ def commit(changes: list[Change], *, cancelled: Callable[[], bool] | None = None
             if s.change.data is not None:
                 _stage(s)
         if _before_commit is not None:
-            _before_commit(paths)
+            _before_commit([c.target.path for c in changes])
         if cancelled is not None and cancelled():
             raise Cancelled("the write was cancelled before any file changed", op="write")
         for s in staged:
-            _check_unchanged(s.change)
+            _check_unchanged(s)
         use_backups = len(staged) > 1
         for s in staged:
             _swap(s, use_backups)
     except BaseException:
         _rollback(staged)
+        _close(staged)
         raise
-    for parent in {p.parent for p in paths}:
-        _fsync_dir(parent)
+    synced: set[tuple[int, int]] = set()
+    for s in staged:
+        try:
+            st = os.fstat(s.dir_fd)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) not in synced:
+            synced.add((st.st_dev, st.st_ino))
+            fsync_dir(s.dir_fd)
     for s in staged:
         if s.backup is not None:
             with contextlib.suppress(OSError):
-                os.unlink(s.backup)
+                os.unlink(s.backup, dir_fd=s.dir_fd)
+    _close(staged)
+
+
+def _close(staged: list[_Staged]) -> None:
+    for s in staged:
+        if s.parent is not None:
+            s.parent.close()
+        for fd, _ in s.created_dirs:
+            fd.close()
 
 
 def _stage(s: _Staged) -> None:
     change = s.change
     t = change.target
     assert change.data is not None
-    s.created_dirs = _make_parents(t)
+    _make_parents(s)
     try:
-        fd, name = tempfile.mkstemp(dir=t.path.parent, prefix=f".{t.path.name}.", suffix=TEMP_SUFFIX)
+        fd, name = create_temp(s.dir_fd, f".{t.name}.", TEMP_SUFFIX)
     except OSError as exc:
         raise _os_error(f"cannot create a temp file beside {t.rel}", exc) from exc
-    s.temp = Path(name)
+    s.temp = name
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(change.data)
-            fh.flush()
+        try:
+            write_all(fd, change.data)
             mode = change.expected.mode if change.expected.exists else (change.mode or NEW_FILE_MODE)
-            os.fchmod(fh.fileno(), mode)
+            os.fchmod(fd, mode)
             if change.expected.exists and os.geteuid() == 0:
                 with contextlib.suppress(OSError):
-                    os.fchown(fh.fileno(), change.expected.uid, change.expected.gid)
-            os.fsync(fh.fileno())
+                    os.fchown(fd, change.expected.uid, change.expected.gid)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise _os_error(f"cannot write {t.rel}", exc) from exc
 
 
-def _make_parents(t: Target) -> list[Path]:
-    """Create missing parent directories (inside the workspace); return the ones created."""
-    parent = t.path.parent
-    missing: list[Path] = []
-    probe = parent
-    while not probe.exists():
-        missing.append(probe)
-        probe = probe.parent
-    if probe.exists() and not probe.is_dir():
-        raise InvalidArgument(f"a parent of {t.rel} is a file, not a directory")
-    created: list[Path] = []
-    try:
-        for d in reversed(missing):
-            os.mkdir(d)
-            created.append(d)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        _remove_dirs(created)
-        raise _os_error(f"cannot create the directories for {t.rel}", exc) from exc
-    # Re-resolve: a symlink planted while we created directories must not carry the write away.
-    if t.workspace.resolve(t.rel) != t.path:
-        _remove_dirs(created)
-        raise PathOutsideWorkspace(f"{t.rel} moved while its directories were created", path=t.rel)
-    return created
+def _make_parents(s: _Staged) -> None:
+    """Create the missing parent directories below the verified parent, never through a symlink."""
+    t = s.change.target
+    if not t.loc.missing:
+        return
+    current = Fd(t.loc.parent.fd, owned=False)
+    for name in t.loc.missing:
+        created = False
+        try:
+            os.mkdir(name, dir_fd=current.fd)
+            created = True
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise _os_error(f"cannot create the directories for {t.rel}", exc) from exc
+        try:
+            nxt = Fd(os.open(name, O_WALK_DIR, dir_fd=current.fd))
+        except OSError as exc:
+            if exc.errno in (errno.ENOTDIR, errno.ELOOP):
+                if created:
+                    raise PathOutsideWorkspace(
+                        f"{t.rel} moved while its directories were created", path=t.rel
+                    ) from None
+                raise InvalidArgument(f"a parent of {t.rel} is a file, not a directory") from None
+            raise _os_error(f"cannot create the directories for {t.rel}", exc) from exc
+        if created:
+            s.created_dirs.append((Fd(os.dup(current.fd)), name))
+        current.close()
+        current = nxt
+    s.parent = current
 
 
-def _check_unchanged(change: Change) -> None:
-    t, exp = change.target, change.expected
+def _check_unchanged(s: _Staged) -> None:
+    t, exp = s.change.target, s.change.expected
     try:
-        st = os.stat(t.path)
+        fd = os.open(t.name, O_READ, dir_fd=s.dir_fd)
     except FileNotFoundError:
         if exp.exists:
             raise _conflict(t, exp, None) from None
         return
-    if not exp.exists:
-        raise _conflict(t, exp, "(created by someone else)")
-    if st.st_size == exp.size and st.st_mtime_ns == exp.mtime_ns:
-        # Same size and mtime can still hide a same-second rewrite: hash to be sure.
-        with open(t.path, "rb") as fh:
-            actual = hashlib.sha256(fh.read()).hexdigest()
-        if actual == exp.sha256:
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _conflict(t, exp, "(replaced by a symlink)") from None
+        raise _os_error(f"cannot read {t.rel}", exc) from exc
+    try:
+        if not exp.exists:
+            raise _conflict(t, exp, "(created by someone else)")
+        st = os.fstat(fd)
+        if not stat_mod.S_ISREG(st.st_mode):
+            raise _conflict(t, exp, "(no longer a regular file)")
+        actual = hashlib.sha256(_read_all(fd)).hexdigest()
+        # Same size and mtime can still hide a same-second rewrite: the hash decides.
+        if st.st_size == exp.size and st.st_mtime_ns == exp.mtime_ns and actual == exp.sha256:
             return
         raise _conflict(t, exp, actual)
-    with open(t.path, "rb") as fh:
-        raise _conflict(t, exp, hashlib.sha256(fh.read()).hexdigest())
+    finally:
+        os.close(fd)
 
 
 def _conflict(t: Target, exp: FileState, actual: str | None) -> VersionConflict:
@@ -269,17 +409,18 @@ def _conflict(t: Target, exp: FileState, actual: str | None) -> VersionConflict:
 
 def _swap(s: _Staged, use_backups: bool) -> None:
     change, t = s.change, s.change.target
+    d = s.dir_fd
     try:
         if change.data is None:
             # Delete = move aside to a backup; it is unlinked once everything succeeded.
-            s.backup = _backup_name(t.path)
-            os.replace(t.path, s.backup)
+            s.backup = temp_name(f".{t.name}.", BACKUP_SUFFIX)
+            os.replace(t.name, s.backup, src_dir_fd=d, dst_dir_fd=d)
         else:
             if use_backups and change.expected.exists:
-                s.backup = _backup_name(t.path)
-                _link_or_copy(t.path, s.backup)
+                s.backup = temp_name(f".{t.name}.", BACKUP_SUFFIX)
+                _link_or_copy(d, t.name, s.backup)
             assert s.temp is not None
-            os.replace(s.temp, t.path)
+            os.replace(s.temp, t.name, src_dir_fd=d, dst_dir_fd=d)
             s.temp = None
     except OSError as exc:
         raise _os_error(f"cannot replace {t.rel}", exc) from exc
@@ -289,53 +430,49 @@ def _swap(s: _Staged, use_backups: bool) -> None:
 def _rollback(staged: list[_Staged]) -> None:
     for s in reversed(staged):
         t = s.change.target
+        d = s.dir_fd
         with contextlib.suppress(OSError):
             if s.done:
                 if s.backup is not None:
-                    os.replace(s.backup, t.path)
+                    os.replace(s.backup, t.name, src_dir_fd=d, dst_dir_fd=d)
                     s.backup = None
                 elif s.change.data is not None:
-                    os.unlink(t.path)  # a created file
+                    os.unlink(t.name, dir_fd=d)  # a created file
             elif s.backup is not None and s.change.data is not None:
-                os.unlink(s.backup)  # backed up but never replaced
+                os.unlink(s.backup, dir_fd=d)  # backed up but never replaced
                 s.backup = None
         if s.temp is not None:
             with contextlib.suppress(OSError):
-                os.unlink(s.temp)
+                os.unlink(s.temp, dir_fd=d)
             s.temp = None
-        _remove_dirs(s.created_dirs)
+        for parent, name in reversed(s.created_dirs):
+            with contextlib.suppress(OSError):
+                os.rmdir(name, dir_fd=parent.fd)
 
 
-def _remove_dirs(dirs: list[Path]) -> None:
-    for d in reversed(dirs):
-        with contextlib.suppress(OSError):
-            os.rmdir(d)
-
-
-def _backup_name(path: Path) -> Path:
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=BACKUP_SUFFIX)
-    os.close(fd)
-    os.unlink(name)
-    return Path(name)
-
-
-def _link_or_copy(src: Path, dst: Path) -> None:
+def _link_or_copy(dir_fd: int, src: str, dst: str) -> None:
     try:
-        os.link(src, dst)
+        os.link(src, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
-        with open(src, "rb") as fin, open(dst, "wb") as fout:
-            fout.write(fin.read())
-            fout.flush()
-            os.fsync(fout.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        fin = os.open(src, O_READ, dir_fd=dir_fd)
         try:
-            os.fsync(fd)
+            fout = os.open(
+                dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
+            )
+            try:
+                write_all(fout, _read_all(fin))
+                os.fsync(fout)
+            finally:
+                os.close(fout)
         finally:
-            os.close(fd)
+            os.close(fin)
+
+
+def _read_all(fd: int) -> bytes:
+    parts: list[bytes] = []
+    while chunk := os.read(fd, 1 << 20):
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _os_error(what: str, exc: OSError) -> ToolError:

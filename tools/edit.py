@@ -97,7 +97,7 @@ def _match_lines(text: str, needle: str) -> list[int]:
 
 def _run_sync(ctx: ToolContext, params: Params) -> ToolResult:
     ws = _fileio.local_workspace(ctx)
-    t = _fileio.target(ws, params.file_path)
+    t = _fileio.target(ws, params.file_path, protect=ctx.governed)
     if not params.dry_run:
         _fileio.require_session(ctx)
     state = _fileio.read_state(t)

@@ -45,7 +45,7 @@ def capabilities(_params: Params) -> ToolCapabilities:
 
 def _run_sync(ctx: ToolContext, params: Params) -> ToolResult:
     ws = _fileio.local_workspace(ctx)
-    t = _fileio.target(ws, params.file_path)
+    t = _fileio.target(ws, params.file_path, protect=ctx.governed)
     _fileio.require_session(ctx)
     state = _fileio.read_state(t)
     data = encode_text(params.content, "utf-8", path=t.rel)

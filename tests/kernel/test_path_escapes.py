@@ -71,6 +71,12 @@ OUTSIDE: list[tuple[str, str]] = [
     ("link-to-root-then-up", "root_link/../x"),
     ("link-into-internal", "a3s_link/secret"),
     ("link-chain-to-outside", "chain_a"),
+    # A missing component used to switch the resolver to lexical mode, so '..' after it reached a
+    # symlink that was then followed by the OS: these read the outside file before issue 15.
+    ("missing-then-dotdot-through-link", "nothere/../link_out/secret.txt"),
+    ("missing-deep-then-dotdot-through-link", "a/b/c/../../../link_out/secret.txt"),
+    ("missing-then-dotdot-through-abs-link", "nothere/../link_abs_out/secret.txt"),
+    ("missing-then-dotdot-into-internal", "nothere/../a3s_link/secret"),
 ]
 
 # (case id, path, physical location relative to the root) — must resolve inside.
@@ -88,6 +94,8 @@ INSIDE: list[tuple[str, str, str]] = [
     ("dotdot-prefix-name", "..foo", "..foo"),
     ("long-inside", "a/" * 1000 + "f", "a/" * 1000 + "f"),
     ("missing-file", "inside/new.txt", "inside/new.txt"),
+    ("missing-then-dotdot-back", "nothere/../inside/x.txt", "inside/x.txt"),
+    ("missing-dirs", "inside/new/deeper/f.txt", "inside/new/deeper/f.txt"),
 ]
 
 

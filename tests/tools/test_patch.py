@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -197,7 +198,7 @@ def test_patch_rolls_back_renamed_files_when_a_later_rename_fails(
     """A failure after the first rename restores the first file from its backup (all-or-nothing)."""
     before = tree(ws)
     util_diff = "--- a/src/util.py\n+++ b/src/util.py\n@@ -1,2 +1,2 @@\n-line 1\n+LINE 1\n line 2\n"
-    renamed: list[Path] = []
+    renamed: list[str] = []
     real_replace = _fileio.os.replace
 
     def sabotage(paths: list[Path]) -> None:
@@ -205,15 +206,15 @@ def test_patch_rolls_back_renamed_files_when_a_later_rename_fails(
         for tmp in (ws / "src").glob(".util.py.*" + _fileio.TEMP_SUFFIX):
             tmp.unlink()
 
-    def spy(src: Any, dst: Any) -> None:
-        real_replace(src, dst)
-        renamed.append(Path(dst))
+    def spy(src: Any, dst: Any, **dir_fds: Any) -> None:
+        real_replace(src, dst, **dir_fds)
+        renamed.append(os.fspath(dst))
 
     monkeypatch.setattr(_fileio, "_before_commit", sabotage)
     monkeypatch.setattr(_fileio.os, "replace", spy)
     res = patch(ws, APP_DIFF + util_diff)
     assert res.exit_code == 1 and "cannot replace src/util.py" in res.output
-    assert ws / "src/app.py" in renamed  # the first file really was replaced, then restored
+    assert "app.py" in renamed  # the first file really was replaced, then restored
     assert {k: v[0] for k, v in tree(ws).items()} == {k: v[0] for k, v in before.items()}
     assert not [p for p in ws.rglob("*") if p.name.endswith((_fileio.TEMP_SUFFIX, _fileio.BACKUP_SUFFIX))]
 

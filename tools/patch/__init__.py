@@ -7,9 +7,10 @@ commit plan), ``tools/_fileio.py`` (the atomic multi-file commit). Invariants:
   names the file, the hunk and the first mismatching line, and leaves every file byte-identical.
   The files are then committed together (temp files first, CAS checks, renames, rollback from
   backups if a rename fails; see ``_fileio``).
-- Every path — headers, renames, envelope sections, ``file_path`` — goes through
-  ``LocalWorkspace.resolve``; one outside the workspace fails the whole patch with
-  ``path_outside_workspace``.
+- Every path — headers, renames (source and destination), envelope sections, ``file_path`` —
+  goes through ``LocalWorkspace.locate``; one outside the workspace fails the whole patch with
+  ``path_outside_workspace``, and for governed origins one inside git metadata (``.git``) fails it
+  with ``permission_denied`` (``_fileio.check_not_git_metadata``) before anything is written.
 - ``subject`` (what permission rules match) is the sorted list of every path the patch touches
   (both sides of renames, deletes, creates), or ``file_path`` when the diff cannot be parsed; the
   kernel resolves each and every one must pass the rules.
@@ -133,7 +134,7 @@ def _run_sync(ctx: ToolContext, params: Params) -> ToolResult:
     ws = _fileio.local_workspace(ctx)
     _fileio.require_session(ctx)
     parsed = parse_patch(params.diff)
-    planned = plan(parsed.files, ws, params.file_path)
+    planned = plan(parsed.files, ws, params.file_path, protect=ctx.governed)
     changes = [c for p in planned for c in p.changes]
     _fileio.commit(changes, cancelled=ctx.cancelled.is_set)
     return ToolResult.success(NAME, _summary(planned), _metadata(parsed.format, planned))

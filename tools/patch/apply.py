@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernel.errors import InvalidArgument, NotFound, ToolError
+from kernel.errors import InvalidArgument, NotFound, PermissionDenied, ToolError
 from kernel.workspace import normalize_relative
 from tools import _fileio
 from tools._filetext import decode_bytes, encode_text
@@ -238,7 +238,7 @@ def _rel(path: str) -> str | None:
 
 
 def _resolve_paths(
-    fp: FilePatch, ws: Any, default_path: str | None, single: bool
+    fp: FilePatch, ws: Any, default_path: str | None, single: bool, protect: bool
 ) -> tuple[str | None, str | None, bool]:
     """(source, destination, is_rename) for one section, per the module's path rules."""
     old, new = fp.old_path, fp.new_path
@@ -251,22 +251,30 @@ def _resolve_paths(
     if single and default_path and _rel(default_path) not in {_rel(p) for p in (old, new) if p is not None}:
         return (default_path if old is not None else None), (default_path if new is not None else None), False
     if old is not None and new is not None and _rel(old) != _rel(new):
-        if fp.git_rename or _fileio.read_state(_fileio.target(ws, old)).exists:
+        if fp.git_rename or _fileio.read_state(_fileio.target(ws, old, protect=protect)).exists:
             return old, new, True
-        if _fileio.read_state(_fileio.target(ws, new)).exists:
+        if _fileio.read_state(_fileio.target(ws, new, protect=protect)).exists:
             return new, new, False
         raise NotFound(f"File not found: {old} (nor {new})", path=old)
     return old, new, False
 
 
-def plan(files: list[FilePatch], ws: Any, default_path: str | None) -> list[Planned]:
-    """Check every section and hunk and compute the commit; raise on the first failure."""
+def plan(
+    files: list[FilePatch], ws: Any, default_path: str | None, *, protect: bool = False
+) -> list[Planned]:
+    """Check every section and hunk and compute the commit; raise on the first failure.
+
+    ``protect`` (governed origins): every path the patch touches — sources, destinations, renames,
+    deletions — is refused inside git metadata before anything is read or written.
+    """
     planned: list[Planned] = []
     seen: set[str] = set()
     for fp in files:
-        src, dst, rename = _resolve_paths(fp, ws, default_path, single=len(files) == 1)
-        src_t = _fileio.target(ws, src) if src is not None else None
-        dst_t = _fileio.target(ws, dst) if dst is not None else None
+        if protect:
+            _refuse_git_metadata(ws, (fp.old_path, fp.new_path, default_path))
+        src, dst, rename = _resolve_paths(fp, ws, default_path, len(files) == 1, protect)
+        src_t = _fileio.target(ws, src, protect=protect) if src is not None else None
+        dst_t = _fileio.target(ws, dst, protect=protect) if dst is not None else None
         for t in {x.rel: x for x in (src_t, dst_t) if x is not None}.values():
             if t.rel in seen:
                 raise InvalidArgument(
@@ -281,6 +289,19 @@ def plan(files: list[FilePatch], ws: Any, default_path: str | None) -> list[Plan
                 f"patch not applied (nothing was written): {label}: {exc}", path=label
             ) from None
     return planned
+
+
+def _refuse_git_metadata(ws: Any, paths: tuple[str | None, ...]) -> None:
+    """Every path a section names, labels included, is checked before the section is read."""
+    for named in paths:
+        if named is None:
+            continue
+        try:
+            _fileio.target(ws, named, protect=True).loc.close()
+        except PermissionDenied:
+            raise
+        except ToolError:
+            continue  # not a writable workspace path: the section's own checks report it
 
 
 def _plan_one(

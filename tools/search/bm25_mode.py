@@ -14,11 +14,12 @@ import stat as stat_mod
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from kernel.beneath import O_READ
 from kernel.errors import Cancelled, InvalidArgument, Timeout, ToolError
 from kernel.workspace import Workspace
 from tools.search import bm25
 from tools.search.grep import Guard, build_query, pick_engine
-from tools.search.grep_local import is_local
+from tools.search.grep_local import beneath_of, is_local
 from tools.search.grep_py import UTF8_BOM, decode_text
 
 MAX_QUERY_BYTES = 2048
@@ -91,14 +92,19 @@ def _candidates(
     return paths, info
 
 
-def _read_local(root: str, path: str) -> bytes:
-    """A candidate's bytes under a local root: no symlink followed, regular files only."""
-    fd = os.open(f"{root}/{path}", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+def _read_local(ws: Workspace, path: str) -> bytes:
+    """A candidate's bytes in a local workspace: opened beneath the root with no symlink followed
+    anywhere on the way (race-free, ``kernel.beneath``), regular files only, never blocking."""
+    fd = beneath_of(ws).open_strict(path, O_READ)
     try:
         if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
             raise IsADirectoryError(f"{path} is not a regular file")
-        with os.fdopen(os.dup(fd), "rb") as fh:
-            return fh.read()
+        parts: list[bytes] = []
+        size = 0
+        while size <= MAX_FILE_BYTES and (chunk := os.read(fd, MAX_FILE_BYTES + 1 - size)):
+            parts.append(chunk)
+            size += len(chunk)
+        return b"".join(parts)
     finally:
         os.close(fd)
 
@@ -186,11 +192,10 @@ def run_bm25(
     selected: list[str] = []
     total = 0
     local = is_local(ws)
-    root = os.fspath(ws.root) if local else ""  # type: ignore[arg-type]
     for p in paths:
         guard.check()
         try:
-            size = os.stat(f"{root}/{p}").st_size if local else ws.stat(p).size
+            size = beneath_of(ws).lstat_strict(p).st_size if local else ws.stat(p).size
         except (ToolError, OSError):
             scan["failed_reads"] += 1
             continue
@@ -207,7 +212,7 @@ def run_bm25(
         if guard.stop:
             return None
         try:
-            return _read_local(root, p) if local else ws.read_bytes(p)
+            return _read_local(ws, p) if local else ws.read_bytes(p)
         except (ToolError, OSError):
             return None
 

@@ -14,10 +14,11 @@ import bisect
 import os
 from typing import Any
 
-from kernel.errors import InvalidArgument, NotFound
+from kernel.errors import InvalidArgument, NotFound, ToolError
 from kernel.workspace import Workspace
 from tools.search import paging
 from tools.search.grep import MAX_SOURCE_ANCHORS, Guard, ignore_files_above, rg_binary
+from tools.search.grep_local import beneath_of, is_local
 from tools.search.grep_rg import RipgrepEngine
 from tools.search.ignore import IgnoreRules, WalkReport, compile_glob, walk
 
@@ -67,13 +68,16 @@ def _list_rg(ws: Workspace, base: str, rg: str, guard: Guard) -> tuple[list[tupl
             paths.append(p[2:] if p.startswith("./") else p)
 
     engine._run(ws, argv, guard, on_line, result)
-    root = ws.root
+    # rg printed the names; their mtimes are read beneath the pinned root with no symlink followed,
+    # so a directory swapped for a symlink since rg listed it is dropped, never statted outside.
+    beneath = beneath_of(ws) if is_local(ws) else None
     out: list[tuple[str, int]] = []
     for p in paths:
         try:
-            out.append((p, os.lstat(root / p).st_mtime_ns))
-        except OSError:
+            st = beneath.lstat_strict(p) if beneath is not None else os.lstat(ws.root / p)
+        except (OSError, ToolError):
             continue
+        out.append((p, st.st_mtime_ns))
     return out, result.truncated
 
 

@@ -271,6 +271,11 @@ def build_query(
         raise NotFound(f"Path not found: {path or '.'}", path=path) from None
     if base.split("/")[-1] in (".git",) or "/.git/" in f"/{base}/":
         raise InvalidArgument(".git/ is never searched")
+    if entry.kind not in ("file", "dir"):
+        # A FIFO named as the path would block ripgrep until the deadline; devices are never read.
+        raise InvalidArgument(
+            f"{path} is not a regular file or directory (FIFOs, sockets and devices are refused)"
+        )
     return GrepQuery(
         dialect=dialect,
         case_sensitive=case_sensitive,

@@ -1,4 +1,4 @@
-"""The local fast path of the pure-Python grep engine: ``os.scandir`` walk and ``os.open`` reads.
+"""The local fast path of the pure-Python grep engine: descriptor-based ``scandir`` walk and reads.
 
 Used when the workspace is local (it has a ``root``); the protocol path (``ignore.walk`` +
 ``Workspace.read_bytes``) stays for every other workspace. Same answers as the protocol path:
@@ -9,10 +9,11 @@ Used when the workspace is local (it has a ``root``); the protocol path (``ignor
   itself is listed through ``Workspace.list_dir`` so its errors are the protocol's errors;
 - a directory whose chain of ignore files (itself and every directory above it up to the root) is
   empty decides hidden-ness by name alone, without asking ``IgnoreRules`` per entry;
-- files are opened by their physical path under the already-resolved root with ``O_NOFOLLOW``
-  (the walk never crossed a symlink, so nothing it found points outside; a file swapped for a
-  symlink or a special file since the walk is an unreadable file, never followed) and
-  ``O_NONBLOCK`` (a FIFO swapped in never blocks the scan);
+- every directory and file is opened beneath the workspace root's pinned descriptor with *no*
+  symlink followed anywhere on the way (``Beneath.open_strict``: ``openat2`` with
+  ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS``, or one ``O_NOFOLLOW`` open per component), so a
+  directory swapped for a symlink mid-scan makes that entry unreadable, never followed outside;
+  files are opened ``O_NONBLOCK`` and checked with ``fstat`` (a FIFO swapped in never blocks);
 - a file whose first block holds a NUL byte (and has no UTF-16 BOM) is binary: the rest of it is
   never read.
 """
@@ -23,22 +24,33 @@ import os
 import stat as stat_mod
 from collections.abc import Callable
 
+from kernel.beneath import O_LIST_DIR, O_READ, Beneath, Fd
+from kernel.errors import ToolError
 from kernel.workspace import Workspace
 from tools.search.ignore import NEVER_SEARCHED, IgnoreRules
 
 HEAD_BYTES = 64 * 1024  # first read; ripgrep's binary-detection buffer is the same size
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
-_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 def is_local(ws: Workspace) -> bool:
-    return ws.root is not None and "local" in ws.capabilities
+    """A local workspace with a pinned root (``LocalWorkspace``): the descriptor fast path applies."""
+    return (
+        ws.root is not None
+        and "local" in ws.capabilities
+        and isinstance(getattr(ws, "beneath", None), Beneath)
+    )
+
+
+def beneath_of(ws: Workspace) -> Beneath:
+    found = getattr(ws, "beneath", None)
+    assert isinstance(found, Beneath)
+    return found
 
 
 def walk_local(ws: Workspace, base: str, rules: IgnoreRules, should_stop: Callable[[], bool]) -> list[str]:
     """Workspace-relative paths of every visible regular file under directory ``base`` (walk order)."""
-    assert ws.root is not None
-    root = os.fspath(ws.root)
+    beneath = beneath_of(ws)
     first = ws.list_dir(base)
     names = {e.name for e in first}
     own = rules.rules_for(base, names)
@@ -57,9 +69,9 @@ def walk_local(ws: Workspace, base: str, rules: IgnoreRules, should_stop: Callab
             return out
         directory, parent_active = pending.pop()
         try:
-            with os.scandir(f"{root}/{directory}") as it:
+            with Fd(beneath.open_strict(directory, O_LIST_DIR)) as fd, os.scandir(fd.fd) as it:
                 listing = _kinds(it)
-        except OSError:
+        except (OSError, ToolError):
             continue  # as the protocol walk: an unreadable directory below the base is skipped
         own = rules.rules_for(directory, {name for name, _ in listing})
         active = parent_active or bool(own.kinds)
@@ -113,12 +125,13 @@ def _skipped(rules: IgnoreRules, active: bool, path: str, name: str, is_dir: boo
     return name in NEVER_SEARCHED or name.startswith(".")
 
 
-def read_local(root: str, path: str) -> bytes | None:
-    """The bytes of ``root/path``, or None when its first block shows it is binary (NUL, no UTF-16 BOM).
+def read_local(beneath: Beneath, path: str) -> bytes | None:
+    """The bytes of ``path``, or None when its first block shows it is binary (NUL, no UTF-16 BOM).
 
-    Raises OSError for a file that cannot be read (including one that is no longer a regular file).
+    Raises OSError for a file that cannot be read (including one that is no longer a regular file,
+    or one reached only through a symlink).
     """
-    fd = os.open(f"{root}/{path}", _OPEN_FLAGS)
+    fd = beneath.open_strict(path, O_READ)
     try:
         st = os.fstat(fd)
         if not stat_mod.S_ISREG(st.st_mode):

@@ -12,7 +12,6 @@ means UTF-16, invalid UTF-8 becomes U+FFFD; a NUL byte anywhere marks the file b
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 from kernel.workspace import Workspace
 from tools.search.dialect import required_literal
 from tools.search.grep import ContentSink, GrepQuery, Guard, Line, ScanResult, context_lines, read_failed
-from tools.search.grep_local import UTF16_BOMS, is_local, read_local, walk_local
+from tools.search.grep_local import UTF16_BOMS, beneath_of, is_local, read_local, walk_local
 from tools.search.ignore import IgnoreRules, WalkReport, walk
 from tools.search.linear_regex import compile_linear
 
@@ -219,5 +218,5 @@ class PythonEngine:
 
 
 def _local_reader(ws: Workspace) -> Callable[[str], bytes | None]:
-    root = os.fspath(ws.root)  # type: ignore[arg-type]
-    return lambda path: read_local(root, path)
+    beneath = beneath_of(ws)
+    return lambda path: read_local(beneath, path)
