@@ -96,6 +96,42 @@ def test_q5_scores_equal_the_okapi_formula() -> None:
             assert i not in got
 
 
+def test_q5_new_queries_on_a_loaded_corpus_score_like_the_formula() -> None:
+    """Q-5: the corpus' inverted index answers every new query exactly like the formula — terms
+    that only other corpora of the same vocabulary know, CJK runs that emit a token twice, terms
+    absent everywhere, repeated queries and multi-chunk files alike."""
+    texts = [
+        "retry backoff retryPolicy\nexponential backoff",
+        "circuit breaker opens after failures\n" * 100,  # two chunks
+        "the retry loop retries a failed HTTPRequest with backoff " * 3,
+        "unrelated text 用户用户名称 HTTP_server",
+    ]
+    vocab = bm25.Vocabulary()
+    files = [bm25.index_lines(bm25.split_lines(t), vocab) for t in texts]
+    corpus = bm25.Corpus(files, vocab)
+    # another corpus grows the shared vocabulary after this one was built
+    other = bm25.Corpus([bm25.index_lines(["zebraCrossing quokka retry"], vocab)], vocab)
+    assert other.scores(["quokka"]).tolist() == [pytest.approx(math.log(1 + 0.5 / 1.5) * 2.2 / (1 + 1.2))]
+    docs = []
+    for t in texts:
+        lines = bm25.split_lines(t)
+        for c in range(0, len(lines), bm25.CHUNK_LINES):
+            docs.append(bm25.tokenize("\n".join(lines[c : c + bm25.CHUNK_LINES])))
+    assert corpus.n == len(docs) == 5
+    for query in (
+        "retry backoff",
+        "用户",
+        "breaker failures http",
+        "zebra quokka",
+        "server retry",
+        "retry backoff",
+    ):
+        terms = bm25.query_terms(query)
+        want = reference_bm25(docs, terms)
+        got = corpus.scores(terms)
+        assert got.tolist() == pytest.approx(want, rel=1e-12, abs=1e-300), query
+
+
 def test_q5_chunks_are_80_lines_and_at_most_128_per_file() -> None:
     vocab = bm25.Vocabulary()
     idx = bm25.index_lines([f"l{i}" for i in range(200)], vocab)

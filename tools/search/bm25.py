@@ -11,14 +11,15 @@ scored, average length floored at 1; only finite scores > 0 are kept; order = sc
 asc, start line asc. Chunks are 80 lines, at most 128 per file.
 
 Why numpy and not tantivy: a query only needs term frequencies of its own (≤ 32) terms. Words are
-mapped once to integer ids in a per-session vocabulary that also keeps token → word-id postings,
+mapped once to integer ids in a per-session vocabulary that also keeps each word's token ids,
 so a file's index is just its word-id array (cached per (path, content digest)); ASCII files are
 cut into words with one ``bytes.translate`` + ``split`` (same words as ``WORD_RE`` on ASCII text,
 five times faster). A ``Corpus`` is one candidate set's chunks (cached per tuple of (path,
-digest), so a changed file makes a new corpus): chunk lengths once, and each term's BM25 column
-(chunks holding it, their score contribution) computed on first use with one gather over the
-word ids and kept, so a repeated query is a handful of numpy gathers — the same eager-per-term
-idea as bm25s, but paid lazily per term instead of for the whole vocabulary up front.
+digest), so a changed file makes a new corpus): chunk lengths once, and on first use its
+inverted index — every (token, chunk) with its BM25 contribution, grouped by token, from one
+SIMD sort of 32-bit keys — so any query, a new one too, is a gather of its terms' postings and
+one ``bincount`` (bm25s' eager-scores design, built with vectorised numpy instead of per-token
+Python).
 """
 
 from __future__ import annotations
@@ -37,10 +38,9 @@ B = 0.75
 CHUNK_LINES = 80
 MAX_CHUNKS_PER_FILE = 128
 MAX_VOCAB_WORDS = 2_000_000
-MAX_CACHED_WORDS = 16_000_000  # word ids kept across calls (4 bytes each)
+MAX_CACHED_WORDS = 16_000_000  # token ids kept across calls (4 bytes each)
 MAX_CACHED_CORPORA = 4
-MAX_CACHED_CORPUS_WORDS = 16_000_000  # word ids held by cached corpora (4 bytes each)
-MAX_CORPUS_COLUMN_ENTRIES = 1_000_000  # cached (chunk, contribution) pairs per corpus (16 bytes each)
+MAX_CACHED_CORPUS_WORDS = 16_000_000  # token ids held by cached corpora (4 bytes each)
 
 _CJK_RANGES = (
     "\u1100-\u11ff"  # Hangul Jamo
@@ -152,31 +152,36 @@ def query_terms(query: str) -> list[str]:
 
 
 class Vocabulary(dict[str, int]):
-    """word → id; ``ntok[id]`` = tokens the word emits; ``postings[token]`` = ids emitting it.
+    """word → id, plus each word's tokens as token ids: ``token_ids[token]`` and, for word ``w``,
+    ``wtok[wtok_off[w]:wtok_off[w + 1]]`` (a CJK run may emit a token twice).
 
     A dict subclass so that ``map(vocab.__getitem__, words)`` runs at C speed and only new words
-    reach Python (``__missing__``). A CJK run may emit a token twice: its id is then listed twice.
+    reach Python (``__missing__``).
     """
 
     def __init__(self) -> None:
         super().__init__()
-        self.ntok: array[int] = array("i")
-        self.postings: dict[str, list[int]] = {}
+        self.token_ids: dict[str, int] = {}
+        self.wtok: array[int] = array("i")
+        self.wtok_off: array[int] = array("q", [0])
         self.ascii = _AsciiVocabulary(self)
 
     def __missing__(self, word: str) -> int:
-        wid = len(self.ntok)
+        wid = len(self.wtok_off) - 1
         toks = tokenize_word(word)
         self[word] = wid
-        self.ntok.append(len(toks))
-        postings = self.postings
+        token_ids = self.token_ids
         for tok in toks:
-            lst = postings.get(tok)
-            if lst is None:
-                postings[tok] = [wid]
-            else:
-                lst.append(wid)
+            tid = token_ids.get(tok)
+            if tid is None:
+                tid = token_ids[tok] = len(token_ids)
+            self.wtok.append(tid)
+        self.wtok_off.append(len(self.wtok))
         return wid
+
+    def word_tokens(self, wid: int) -> array[int]:
+        """The token ids word ``wid`` emits."""
+        return self.wtok[self.wtok_off[wid] : self.wtok_off[wid + 1]]
 
 
 class _AsciiVocabulary(dict[bytes, int]):
@@ -200,11 +205,32 @@ _ASCII_WORDS = bytes(
 
 @dataclass(frozen=True, slots=True)
 class FileIndex:
-    """One file's chunks: word ids (flat), chunk offsets into them, 1-based line ranges."""
+    """One file's chunks: token ids (flat, the document as BM25 counts it), chunk offsets into
+    them, 1-based line ranges."""
 
-    ids: np.ndarray
+    tokens: np.ndarray
     offsets: np.ndarray  # len = chunks + 1
     ranges: tuple[tuple[int, int], ...]
+
+
+def _expand(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """The concatenation of ``range(starts[i], starts[i] + lens[i])`` for every i, vectorised."""
+    return np.arange(int(lens.sum()), dtype=np.int64) + np.repeat(starts - (np.cumsum(lens) - lens), lens)
+
+
+def _file_index(
+    flat: array[int], offsets: list[int], ranges: list[tuple[int, int]], vocab: Vocabulary
+) -> FileIndex:
+    """Word ids per chunk → the token ids they emit, per chunk."""
+    words = np.frombuffer(flat, dtype=np.int32) if len(flat) else np.zeros(0, np.int32)
+    wtok_off = np.frombuffer(vocab.wtok_off, dtype=np.int64)  # views: never kept (the arrays grow)
+    start = wtok_off[words]
+    lens = wtok_off[words + 1] - start
+    del wtok_off
+    cum = np.zeros(len(words) + 1, np.int64)
+    np.cumsum(lens, out=cum[1:])
+    tokens = np.frombuffer(vocab.wtok, dtype=np.int32)[_expand(start, lens)]  # a copy (fancy index)
+    return FileIndex(tokens=tokens, offsets=cum[np.asarray(offsets, dtype=np.int64)], ranges=tuple(ranges))
 
 
 def split_lines(text: str) -> list[str]:
@@ -228,11 +254,7 @@ def index_lines(lines: list[str], vocab: Vocabulary) -> FileIndex:
         flat.extend(map(get, findall("\n".join(lines[s:e]))))
         offsets.append(len(flat))
         ranges.append((s + 1, e))
-    return FileIndex(
-        ids=np.frombuffer(flat, dtype=np.int32).copy() if len(flat) else np.zeros(0, np.int32),
-        offsets=np.asarray(offsets, dtype=np.int64),
-        ranges=tuple(ranges),
-    )
+    return _file_index(flat, offsets, ranges, vocab)
 
 
 def index_text(text: str, vocab: Vocabulary, raw: bytes | None = None) -> FileIndex:
@@ -255,11 +277,7 @@ def index_text(text: str, vocab: Vocabulary, raw: bytes | None = None) -> FileIn
         flat.extend(map(get, b" ".join(lines[s:e]).split()))
         offsets.append(len(flat))
         ranges.append((s + 1, e))
-    return FileIndex(
-        ids=np.frombuffer(flat, dtype=np.int32).copy() if len(flat) else np.zeros(0, np.int32),
-        offsets=np.asarray(offsets, dtype=np.int64),
-        ranges=tuple(ranges),
-    )
+    return _file_index(flat, offsets, ranges, vocab)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,99 +290,90 @@ class ScoredChunk:
 class Corpus:
     """The chunks of one ordered list of files, ready to score (BM25 over exactly these chunks).
 
-    Built once per candidate set: word ids concatenated, chunk lengths, length norms. A term's
-    column — the chunks holding it and their score contribution idf·tf·(k1+1)/(tf+norm) — is
-    computed on first use (one gather over the word ids for all new terms of a query) and kept,
-    so scoring a known term is a gather and an add. Chunk ``i`` of the corpus is chunk
-    ``chunk_in_file[i]`` of file ``file_of[i]``; chunk order is file order, then line order.
+    Built once per candidate set: token ids concatenated, chunk lengths, length norms. On first
+    use it also builds its inverted index (``_Postings``: every (token, chunk) with its BM25
+    contribution, grouped by token — one SIMD sort of 32-bit keys over corpus-local token ids),
+    so a query, new or not, costs only its own postings: a gather of its terms' slices and one
+    ``bincount``. Chunk ``i`` of the corpus is chunk ``chunk_in_file[i]`` of file ``file_of[i]``; chunk
+    order is file order, then line order.
     """
 
     def __init__(self, files: list[FileIndex], vocab: Vocabulary) -> None:
         counts = np.asarray([len(f.ranges) for f in files], dtype=np.int64)
         self.n = int(counts.sum())
         self.vocab = vocab
-        self.ids = np.concatenate([f.ids for f in files]) if files else np.zeros(0, np.int32)
+        self.tokens = np.concatenate([f.tokens for f in files]) if files else np.zeros(0, np.int32)
         bounds = [np.zeros(1, np.int64)]
         base = 0
         for f in files:
             bounds.append(f.offsets[1:] + base)
             base += int(f.offsets[-1])
         self.offsets = np.concatenate(bounds)
-        ntok = np.frombuffer(vocab.ntok, dtype=np.int32)  # a view: never kept (the array grows)
-        cum = np.zeros(len(self.ids) + 1, np.int64)
-        if len(self.ids):
-            np.cumsum(ntok[self.ids], out=cum[1:])
-        del ntok
-        dl = (cum[self.offsets[1:]] - cum[self.offsets[:-1]]).astype(np.float64)
+        dl = np.diff(self.offsets).astype(np.float64)
         avgdl = max(1.0, float(dl.mean())) if self.n else 1.0
         self.norm = K1 * (1.0 - B + B * dl / avgdl)
         self.file_of = np.repeat(np.arange(len(files)), counts)
         first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         self.chunk_in_file = np.arange(self.n) - first[self.file_of] if self.n else np.zeros(0, np.int64)
         self.ranges = [r for f in files for r in f.ranges]  # 1-based (start, end) line of each chunk
-        self._columns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self._column_entries = 0
+        self._postings: _Postings | None = None
 
     @property
     def words(self) -> int:
-        return len(self.ids)
+        """Tokens held (what the caches count)."""
+        return len(self.tokens)
 
-    def _add_columns(self, terms: list[str]) -> None:
+    def _build_postings(self) -> _Postings:
+        """Every (token, chunk) of the corpus with its BM25 contribution, grouped by token."""
         n = self.n
-        postings = [np.asarray(self.vocab.postings.get(t, ()), dtype=np.int64) for t in terms]
-        nonempty = [p for p in postings if len(p)]
-        empty = (np.zeros(0, np.int64), np.zeros(0, np.float64))
-        if not nonempty or not len(self.ids):
-            self._keep({t: empty for t in terms})
-            return
-        relevant = np.unique(np.concatenate(nonempty))
-        row_of = np.full(int(relevant[-1]) + 2, -1, np.int64)
-        row_of[relevant] = np.arange(len(relevant))
-        weights = np.zeros((len(relevant), len(terms)), np.float64)
-        for t, p in enumerate(postings):
-            if len(p):
-                np.add.at(weights[:, t], row_of[p], 1.0)  # a CJK run may list a word twice
-        rows_all = row_of[np.minimum(self.ids, len(row_of) - 1)]
-        pos = np.flatnonzero(rows_all >= 0)
-        rows = rows_all[pos]
-        chunk_of = np.searchsorted(self.offsets, pos, side="right") - 1
-        new: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        for t, term in enumerate(terms):
-            w = weights[rows, t]
-            if not w.any():
-                new[term] = empty
-                continue
-            tf = np.bincount(chunk_of, weights=w, minlength=n)
-            nz = np.flatnonzero(tf)
-            df = float(len(nz))
-            idf = np.log1p(np.float64((n - df + 0.5) / (df + 0.5)))  # numpy's log1p, not libm's
-            tfn = tf[nz]
-            new[term] = (nz, idf * (tfn * (K1 + 1.0)) / (tfn + self.norm[nz]))
-        self._keep(new)
-
-    def _keep(self, columns: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
-        size = sum(len(c[0]) for c in columns.values())
-        if self._column_entries + size > MAX_CORPUS_COLUMN_ENTRIES:
-            self._columns.clear()
-            self._column_entries = 0
-        self._columns.update(columns)
-        self._column_entries += size
+        vocab = self.vocab
+        tokens = self.tokens
+        chunk_of = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.offsets))
+        seen = np.zeros(len(vocab.token_ids), dtype=bool)
+        seen[tokens] = True
+        present = np.flatnonzero(seen)  # sorted global token ids in this corpus
+        table = np.cumsum(seen, dtype=np.int64) - 1  # global token id → local id (where present)
+        local = table[tokens]
+        del seen, table
+        # (local token, chunk) as one sortable key; 32 bits when it fits (a SIMD sort, ~10x faster)
+        key_type = np.int32 if len(present) * n < 2**31 else np.int64
+        key = local.astype(key_type) * key_type(n) + chunk_of.astype(key_type)
+        del local, chunk_of
+        key.sort()
+        first = np.empty(len(key), dtype=bool)
+        first[:1] = True
+        np.not_equal(key[1:], key[:-1], out=first[1:])
+        starts = np.flatnonzero(first)
+        tf = np.diff(np.append(starts, len(key))).astype(np.float64)
+        pairs = key[starts].astype(np.int64)
+        token = pairs // n
+        chunk = pairs - token * n
+        counts = np.bincount(token, minlength=len(present))
+        indptr = np.zeros(len(present) + 1, np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        df = counts.astype(np.float64)
+        idf = np.log1p((n - df + 0.5) / (df + 0.5))  # numpy's log1p, not libm's
+        score = idf[token] * (tf * (K1 + 1.0)) / (tf + self.norm[chunk])
+        return _Postings(present, indptr, chunk, score)
 
     def scores(self, terms: list[str]) -> np.ndarray:
         """BM25 of every chunk for ``terms`` (unique), summed in term order."""
-        missing = [t for t in terms if t not in self._columns]
-        if missing:
-            self._add_columns(missing)
-        columns = [self._columns.get(t) for t in terms]
-        if any(c is None for c in columns):  # evicted while adding: compute without keeping
-            self._columns.clear()
-            self._column_entries = 0
-            self._add_columns(terms)
-            columns = [self._columns[t] for t in terms]
-        out = np.zeros(self.n, np.float64)
-        for nz, contrib in columns:  # type: ignore[misc]
-            out[nz] += contrib
-        return out
+        n = self.n
+        if not n or not len(self.tokens) or not terms:
+            return np.zeros(n, np.float64)
+        if self._postings is None:
+            self._postings = self._build_postings()
+        post = self._postings
+        get = self.vocab.token_ids.get
+        tids = np.asarray([get(t, -1) for t in terms], dtype=np.int64)
+        pos = np.minimum(np.searchsorted(post.tokens, tids), len(post.tokens) - 1)
+        pos = pos[post.tokens[pos] == tids]  # tokens absent from this corpus drop out here
+        start = post.indptr[pos]
+        lens = post.indptr[pos + 1] - start
+        # every term's postings slice, gathered at once, in term order: bincount then adds each
+        # chunk's contributions term by term (the same sum, in the same order, as the formula)
+        idx = _expand(start, lens)
+        return np.bincount(post.chunk[idx], weights=post.score[idx], minlength=n)
 
     def ranked(self, terms: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(chunk numbers with a finite score > 0 by score desc then chunk order, all scores)."""
@@ -372,6 +381,18 @@ class Corpus:
         keep = np.flatnonzero(np.isfinite(scores) & (scores > 0))
         order = np.argsort(-scores[keep], kind="stable")
         return keep[order], scores
+
+
+@dataclass(frozen=True, slots=True)
+class _Postings:
+    """A corpus' inverted index: ``tokens`` (sorted global token ids present); token
+    ``tokens[i]``'s chunks are ``chunk[indptr[i]:indptr[i + 1]]`` (ascending) with their BM25
+    contributions ``score`` (idf · tf·(k1+1) / (tf + norm))."""
+
+    tokens: np.ndarray
+    indptr: np.ndarray
+    chunk: np.ndarray
+    score: np.ndarray
 
 
 def score(files: list[FileIndex], terms: list[str], vocab: Vocabulary) -> tuple[list[ScoredChunk], int]:
@@ -408,10 +429,10 @@ class Bm25Cache:
 
     def put(self, key: tuple[str, bytes], index: FileIndex) -> None:
         self.files[key] = index
-        self.words += len(index.ids)
+        self.words += len(index.tokens)
         while self.words > MAX_CACHED_WORDS and len(self.files) > 1:
             _, old = self.files.popitem(last=False)
-            self.words -= len(old.ids)
+            self.words -= len(old.tokens)
 
     def corpus(self, keys: tuple[tuple[str, bytes], ...], files: list[FileIndex]) -> Corpus:
         """The corpus of exactly these files (a content change changes a digest, hence the key)."""

@@ -142,13 +142,23 @@ def _best_lines(
 ) -> list[tuple[list[str], int]]:
     """For each picked chunk: the file's lines and the first line holding the most query terms.
 
-    A line's term count comes from the vocabulary (a word holds term ``t`` iff its id is in
-    ``t``'s postings), which equals tokenizing the line, without tokenizing it.
+    A line's term count comes from the vocabulary (a word holds term ``t`` iff ``t``'s token id
+    is among the word's token ids), which equals tokenizing the line, without tokenizing it.
     """
     data_by_path = dict(zip(selected, blobs, strict=True))
-    term_words = [frozenset(vocab.postings.get(t, ())) for t in terms]
+    wanted = {vocab.token_ids[t] for t in terms if t in vocab.token_ids}
     get = vocab.get
     findall = bm25.WORD_RE.findall
+    word_hits: dict[int, frozenset[int]] = {}
+
+    def hits_of(wid: int | None) -> frozenset[int]:
+        if wid is None:
+            return frozenset()
+        got = word_hits.get(wid)
+        if got is None:
+            got = word_hits[wid] = frozenset(wanted.intersection(vocab.word_tokens(wid)))
+        return got
+
     texts: dict[str, list[str]] = {}
     out: list[tuple[list[str], int]] = []
     for p, start, end, _ in picked:
@@ -158,8 +168,10 @@ def _best_lines(
             lines = texts[p] = bm25.split_lines(text)
         best, best_hits = start, -1
         for n in range(start, end + 1):
-            ids = {get(w) for w in findall(lines[n - 1])}
-            hits = sum(1 for words in term_words if not words.isdisjoint(ids))
+            found: set[int] = set()
+            for w in findall(lines[n - 1]):
+                found.update(hits_of(get(w)))
+            hits = len(found)
             if hits > best_hits:
                 best, best_hits = n, hits
         out.append((lines, best))
