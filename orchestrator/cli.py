@@ -158,9 +158,10 @@ def artifact_cmd(uri: str, workspace: str) -> None:
 
 
 def _register_fleet_commands() -> None:
-    from orchestrator import cli_fleet
+    from orchestrator import cli_fleet, cli_index
 
     cli_fleet.register(main)
+    cli_index.register(main)  # a3s-fleet index build|status
 
 
 _register_fleet_commands()

@@ -32,7 +32,7 @@ def builtin_tools(
     # `search` is built per session: its `mode` enum lists only the modes this session can serve
     # (semantic/hybrid only with Workspace Retrieval enabled *and* an embedding route).
     runners = retrieval_runners(services) if retrieval_enabled else None
-    search = build_search_tool(capabilities, retrieval_enabled, runners)
+    search = build_search_tool(capabilities, retrieval_enabled, runners, services)
     if search is not None:
         gated.append(search)
     return [*gated, *RUNTIME_TOOLS]

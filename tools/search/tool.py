@@ -5,7 +5,8 @@
 capability ``search``, ``bm25`` also ``read``; ``semantic``/``hybrid`` appear only when Workspace
 Retrieval is enabled *and* the host hands in their runners (the retrieval phase plugs in there).
 Asking for a mode the session lacks is ``invalid_argument`` naming what is missing. Per-call
-capabilities follow REFERENCE §3; the permission subject is the mode (``search(grep)``).
+capabilities follow REFERENCE §3; the permission subject is the mode (``search(grep)``). ``indexed``
+(SPEC Q-8, ``tools.search.indexed``) is offered by the rule in ``indexed.mode.indexed_offered``.
 Blocking scans run in a worker thread under a Guard (deadline + cancellation; ripgrep is killed).
 """
 
@@ -26,7 +27,7 @@ from tools.search.glob import run_glob
 from tools.search.offload import bm25_cache, in_thread
 
 NAME = "search"
-ALL_MODES = ("grep", "glob", "bm25", "semantic", "hybrid")
+ALL_MODES = ("grep", "glob", "bm25", "indexed", "semantic", "hybrid")
 RETRIEVAL_MODES = ("semantic", "hybrid")
 
 ModeRunner = Callable[[ToolContext, Any], Awaitable["ToolResult | str"]]
@@ -39,6 +40,8 @@ lines as path:line:text, `context` lines around them, bounded at 100 KiB), files
 first, or sort="path" for stable lexical pages.
 - bm25: ranked lexical search for a plain-text question or identifiers (camelCase and snake_case are \
 split); returns the best 80-line chunks with a few lines of context. limit ≤ 25, context ≤ 8.
+- indexed (when offered): bm25 over a persistent index of the whole workspace (no size cap; kept up to \
+date in the background, readiness reported); same query, limit and context rules as bm25.
 All modes honour .gitignore/.ignore and skip hidden and binary files. `path` narrows to a directory; \
 `include` is a glob filter for grep and bm25. Copy `cursor` back verbatim to get the next page."""
 
@@ -74,9 +77,11 @@ class _BaseParams(BaseModel):
 
 
 def available_modes(
-    workspace_caps: Iterable[str], retrieval_enabled: bool = False
+    workspace_caps: Iterable[str], retrieval_enabled: bool = False, services: Mapping[str, Any] | None = None
 ) -> tuple[list[str], dict[str, str]]:
     """(modes this session serves, {missing mode: why})."""
+    from tools.search.indexed.mode import indexed_offered
+
     caps = set(workspace_caps)
     modes: list[str] = []
     missing: dict[str, str] = {}
@@ -94,6 +99,11 @@ def available_modes(
         missing["bm25"] = (
             f"search mode 'bm25' needs the workspace capabilities 'search' and 'read'; missing: {', '.join(lack)}"
         )
+    why_not = indexed_offered(caps, services)
+    if why_not is None:
+        modes.append("indexed")
+    else:
+        missing["indexed"] = why_not
     for mode in RETRIEVAL_MODES:
         if retrieval_enabled:
             modes.append(mode)
@@ -236,10 +246,17 @@ async def _run_bm25(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
     return await in_thread(ctx, "search.bm25", work)
 
 
+async def _run_indexed(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
+    from tools.search.indexed.mode import run_indexed  # tantivy loads only when the mode runs
+
+    return await run_indexed(ctx, p)
+
+
 _BUILTIN_RUNNERS: dict[str, Callable[[ToolContext, Any], Awaitable[tuple[str, dict[str, Any]]]]] = {
     "grep": _run_grep,
     "glob": _run_glob,
     "bm25": _run_bm25,
+    "indexed": _run_indexed,
 }
 
 
@@ -247,11 +264,12 @@ def build_search_tool(
     workspace_caps: Iterable[str] = ("search", "read"),
     retrieval_enabled: bool = False,
     extra_runners: Mapping[str, ModeRunner] | None = None,
+    services: Mapping[str, Any] | None = None,
 ) -> ToolSpec | None:
     """The session's ``search`` ToolSpec, or None when it can serve no mode at all."""
     runners = dict(extra_runners or {})
     modes, missing = available_modes(
-        workspace_caps, retrieval_enabled and all(m in runners for m in RETRIEVAL_MODES)
+        workspace_caps, retrieval_enabled and all(m in runners for m in RETRIEVAL_MODES), services
     )
     if retrieval_enabled and not all(m in runners for m in RETRIEVAL_MODES):
         for m in RETRIEVAL_MODES:
