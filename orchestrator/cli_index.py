@@ -132,7 +132,9 @@ def _status(workspace: str, as_json: bool) -> None:
     )
     if data.get("writer"):
         w = data["writer"]
-        click.echo(f"being updated now by pid {w.get('pid')} ({w.get('done_files')}/{w.get('total_files')} files)")
+        click.echo(
+            f"being updated now by pid {w.get('pid')} ({w.get('done_files')}/{w.get('total_files')} files)"
+        )
     fresh = data["freshness"]
     if fresh.get("tree"):
         click.echo(f"git tree {fresh['tree']}: content never changes")

@@ -177,7 +177,9 @@ def status_of(ws: Workspace, location: store.IndexLocation) -> dict[str, Any]:
         "indexed_files": int(summary.get("files", 0)) if summary else 0,
         "indexed_chunks": int(summary.get("chunks", 0)) if summary else 0,
         "pending_files": (
-            max(0, int(progress.get("total_files", 0)) - int(progress.get("done_files", 0))) if progress else 0
+            max(0, int(progress.get("total_files", 0)) - int(progress.get("done_files", 0)))
+            if progress
+            else 0
         ),
         "committed_at": summary.get("committed_at") if summary else None,
         "location": location.kind,

@@ -120,7 +120,9 @@ def recover_manifest(index: Any) -> store.Manifest:
 
 
 class _Build:
-    def __init__(self, ws: Workspace, directory: Path, report: UpdateReport, progress: Progress | None) -> None:
+    def __init__(
+        self, ws: Workspace, directory: Path, report: UpdateReport, progress: Progress | None
+    ) -> None:
         self.ws = ws
         self.directory = directory
         self.report = report

@@ -106,7 +106,11 @@ def _candidates(searcher: Any, query: Any, limit: int, accept: Any) -> tuple[lis
             path = doc[sch.F_PATH][0]
             if not accept(path):
                 continue
-            hits.append(Hit(path, int(doc[sch.F_START][0]), int(doc[sch.F_END][0]), float(score), doc[sch.F_DIGEST][0]))
+            hits.append(
+                Hit(
+                    path, int(doc[sch.F_START][0]), int(doc[sch.F_END][0]), float(score), doc[sch.F_DIGEST][0]
+                )
+            )
         hits.sort(key=lambda h: (-h.score, h.path, h.start))
         per_file: dict[str, int] = {}
         kept = []
@@ -181,7 +185,9 @@ def _current(reader: Reader, path: str, found: Found) -> tuple[str, list[str]] |
     return digest(data), bm25.split_lines(text)
 
 
-def render(query: str, terms: list[str], found: Found, context: int, status: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def render(
+    query: str, terms: list[str], found: Found, context: int, status: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
     """The bm25 mode's output shape for indexed hits: text and metadata."""
     out = [f"Indexed BM25 results for: {query}"]
     if not status["ready"]:

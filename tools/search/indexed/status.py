@@ -1,9 +1,9 @@
 """What ``a3s-fleet index status`` reports: where the index is, its size, contents and freshness.
 
 Freshness of a local index compares the current listing (same visibility rules as a build) with
-the manifest by size and mtime only — nothing is read, so a status of a large tree stays cheap; a
-file recorded too close to its build's start (racy mtime) counts as changed. A git tree's content
-never changes: its index is fresh once complete.
+the manifest by size and mtime — only files recorded too close to their build's start (a racy
+mtime, which cannot vouch for the content) are read and their digest compared, so a status of a
+large tree stays cheap. A git tree's content never changes: its index is fresh once complete.
 """
 
 from __future__ import annotations
@@ -12,7 +12,16 @@ from typing import Any
 
 from kernel.workspace import Workspace
 from tools.search.indexed import store
-from tools.search.indexed.files import list_files
+from tools.search.indexed.build import MAX_FILE_BYTES, digest
+from tools.search.indexed.files import Reader, Unreadable, list_files
+
+
+def _same_digest(reader: Reader, path: str, rec: store.FileRecord) -> bool:
+    try:
+        data, _, _ = reader.read(path, MAX_FILE_BYTES)
+    except (OSError, Unreadable):
+        return False
+    return digest(data) == rec.digest
 
 
 def index_report(ws: Workspace) -> dict[str, Any]:
@@ -49,9 +58,18 @@ def index_report(ws: Workspace) -> dict[str, Any]:
     added = sum(1 for p in listing if p not in manifest.files)
     removed = sum(1 for p in manifest.files if p not in listing)
     changed = 0
-    for p, item in listing.items():
-        rec = manifest.files.get(p)
-        if rec is not None and not (rec.size == item.size and rec.mtime_ns == item.mtime_ns >= 0):
+    with Reader(ws) as reader:
+        for p, item in listing.items():
+            rec = manifest.files.get(p)
+            if rec is None or (rec.size == item.size and rec.mtime_ns == item.mtime_ns >= 0):
+                continue
+            if (
+                rec.mtime_ns < 0
+                and rec.size == item.size
+                and not rec.skipped
+                and _same_digest(reader, p, rec)
+            ):
+                continue
             changed += 1
     out["freshness"] = {
         "fresh": not (added or changed or removed),

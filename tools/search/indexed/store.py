@@ -157,7 +157,9 @@ def locate(ws: Workspace) -> IndexLocation:
     if ws.root is not None and "local" in ws.capabilities:
         root = Path(ws.root)
         digest = hashlib.sha256(os.fsencode(root)).hexdigest()[:32]
-        return IndexLocation("local", str(root), root / INTERNAL_DIR / "index", cache_root() / "local" / digest)
+        return IndexLocation(
+            "local", str(root), root / INTERNAL_DIR / "index", cache_root() / "local" / digest
+        )
     raise Unsupported("the indexed search mode needs a local directory or a git:REPO@REV workspace")
 
 
