@@ -31,6 +31,7 @@ from tools.search.retrieval import (
     hybrid,
     retrieval_runners,
     run_retrieval_mode,
+    start_retrieval,
 )
 from tools.search.retrieval.chunks import find_symbols
 
@@ -547,3 +548,76 @@ async def test_q6_run_retrieval_mode_entry_point(tmp_path: Path) -> None:
             await run_retrieval_mode(ctx, "bm25", spec.validate({"mode": "bm25", "query": "alpha"}))
     finally:
         close_retrieval(state)
+
+
+# --- the embedding cache -------------------------------------------------------------------------------
+
+
+class CountingEmbedder(KeywordEmbedder):
+    """A cacheable embedder (it has a ``cache_key``) that counts the texts it embeds."""
+
+    cache_key = "test:keywords:v1"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts = 0
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if threading.current_thread().name == "retrieval-index":
+            self.texts += len(texts)
+        return super().embed(texts)
+
+
+def test_q7_a_second_session_reembeds_nothing_unchanged(tmp_path: Path) -> None:
+    """Q-7: vectors are cached under .a3s/index by what was embedded; a new session (another
+    RetrievalIndex, another cache connection) embeds only the chunk that changed."""
+    write(tmp_path, {f"m{i}.py": f"def function_{i}():\n    return {i}\n" * 50 for i in range(6)})
+    ws = LocalWorkspace(tmp_path)
+    first = CountingEmbedder()
+    state: dict[str, Any] = {}
+    start_retrieval(state, ws, services_with(first))
+    assert ready_index(state).status()["embedded_chunks"] == 12 and first.texts == 12
+    close_retrieval(state)
+    assert (tmp_path / ".a3s" / "index" / "embeddings.sqlite").is_file()
+
+    write(tmp_path, {"m0.py": "def changed():\n    return 0\n"})
+    second = CountingEmbedder()
+    state = {}
+    start_retrieval(state, ws, services_with(second))
+    st = ready_index(state).status()
+    assert (st["embedded_chunks"], st["cached_chunks"], second.texts) == (1, 10, 1)  # m0: 2 chunks → 1
+    # the cached vectors are the very ones the embedder gives
+    index = state[SESSION_KEY]
+    hits = index.search(second.embed(["def function_3():\n    return 3"])[0], 1)
+    assert hits[0].path == "m3.py" and hits[0].score > 0.9
+    close_retrieval(state)
+
+    off = CountingEmbedder()
+    state = {}
+    start_retrieval(state, ws, services_with(off, embedding_cache=False))
+    assert ready_index(state).status()["embedded_chunks"] == 11 and off.texts == 11
+    close_retrieval(state)
+
+
+def test_q7_a_damaged_cache_row_is_reembedded_not_trusted(tmp_path: Path) -> None:
+    import sqlite3
+
+    from tools.search.retrieval.embed_cache import EmbeddingCache, text_digest
+
+    path = tmp_path / "e.sqlite"
+    cache = EmbeddingCache(path, "k", 4)
+    good = np.asarray([1, 0, 0, 0], dtype=np.float32)
+    cache.put_many([(text_digest("a"), good), (text_digest("b"), good)])
+    db = sqlite3.connect(path)
+    db.execute("UPDATE vec SET vec = ? WHERE digest = ?", (b"\x00" * 12, text_digest("b")))  # wrong size
+    db.execute(
+        "INSERT INTO vec VALUES ('k', ?, ?, 0)", (text_digest("c"), np.full(4, np.nan, np.float32).tobytes())
+    )
+    db.commit()
+    db.close()
+    found = cache.get_many([text_digest("a"), text_digest("b"), text_digest("c")])
+    assert list(found) == [text_digest("a")] and np.array_equal(found[text_digest("a")], good)
+    other = EmbeddingCache(path, "another-model", 4)
+    assert other.get_many([text_digest("a")]) == {}  # keyed by the embedder too
+    cache.close()
+    other.close()

@@ -63,6 +63,27 @@ def test_q6_minilm_ranks_related_text_above_unrelated() -> None:
     assert float(v[0] @ v[1]) > float(v[0] @ v[2]) + 0.2
 
 
+def test_q7_length_batches_waste_little_padding() -> None:
+    lengths = [256] * 9 + [250, 200, 40, 38, 37, 12, 3, 0]
+    batches = embed_minilm.length_batches(lengths, max_batch=16)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        longest = max(max(1, lengths[i]) for i in b)
+        assert longest * len(b) <= max(embed_minilm.BATCH_TOKENS, longest)
+        assert all(max(1, lengths[i]) >= longest * (1 - embed_minilm.PAD_SLACK) for i in b)
+    padded = sum(max(max(1, lengths[i]) for i in b) * len(b) for b in batches)
+    assert padded <= sum(max(1, n) for n in lengths) * 1.1  # ≤ 10 % of the compute goes to padding
+
+
+@needs_minilm
+def test_q7_parallel_batches_give_the_same_vectors() -> None:
+    ref = json.loads(FIXTURE.read_text())["sentences"]
+    texts = [*ref, *(f"def handler_{i}(request): return {i}" for i in range(12))]
+    one = embed_minilm.MiniLMEmbedder(workers=1).embed(texts)
+    two = embed_minilm.MiniLMEmbedder(workers=2).embed(texts)
+    assert np.allclose(one, two, atol=1e-5)
+
+
 def test_q7_gelu_is_the_exact_erf_form() -> None:
     xs = np.linspace(-6, 6, 241, dtype=np.float32)
     want = np.array([0.5 * x * (1 + math.erf(x / math.sqrt(2))) for x in xs.tolist()])

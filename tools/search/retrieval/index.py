@@ -16,7 +16,10 @@ batches. Invariants:
 - **freshness**: every record keeps its file's digest; callers re-read the file and compare before
   returning a hit (``check``), and ``refresh`` re-indexes a changed or deleted file;
 - **close** stops the worker, refuses late publications and drops the matrix, every record and every
-  symbol (``status()['usage']['vectors'] == 0`` afterwards).
+  symbol (``status()['usage']['vectors'] == 0`` afterwards);
+- **embedding cache**: with an ``EmbeddingCache`` (``embed_cache``), a chunk whose exact embedder
+  input was embedded before — by any session or process — takes its vector from disk; only the
+  others reach the embedder, and their vectors are stored for the next session.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from tools.search.grep_py import decode_text
 from tools.search.ignore import IgnoreRules, walk
 from tools.search.retrieval import chunks as chunking
 from tools.search.retrieval.config import Caps, Embedder
+from tools.search.retrieval.embed_cache import EmbeddingCache, text_digest
 
 EMBED_BATCH_CHUNKS = 64  # chunks embedded per forward call (several small files share one call)
 INITIAL_CAPACITY_ROWS = 1024
@@ -111,10 +115,12 @@ class RetrievalIndex:
         caps: Caps | None = None,
         *,
         owns_embedder: bool = False,
+        cache: EmbeddingCache | None = None,
     ) -> None:
         self.workspace = workspace
         self.embedder = embedder
         self.caps = caps or Caps()
+        self.cache = cache
         self._owns_embedder = owns_embedder
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -128,7 +134,8 @@ class RetrievalIndex:
         self._n = 0  # rows used (live + dead)
         self._dead = 0
         self._symbols = 0
-        self.chunks_embedded = 0
+        self.chunks_embedded = 0  # chunks that went through the embedder
+        self.chunks_cached = 0  # chunks whose vector came from the embedding cache
         self.embed_seconds = 0.0
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -178,6 +185,8 @@ class RetrievalIndex:
             self._files.clear()
             self._st.queue.clear()
             self._n = self._dead = self._symbols = 0
+        if self.cache is not None:
+            self.cache.close()
         if self._owns_embedder:
             closer = getattr(self.embedder, "close", None)
             if callable(closer):
@@ -235,6 +244,8 @@ class RetrievalIndex:
                     ),
                 },
                 "embedder": getattr(self.embedder, "name", type(self.embedder).__name__),
+                "embedded_chunks": self.chunks_embedded,
+                "cached_chunks": self.chunks_cached,
                 "error": st.error,
             }
 
@@ -406,12 +417,7 @@ class RetrievalIndex:
                     continue  # in flight until its vectors are published
             self._done()
         texts = [chunking.embed_text(p.path, c) for p in ready for c in p.chunks]
-        vecs = np.zeros((0, 0), dtype=np.float32)
-        if texts:
-            started = time.monotonic()
-            vecs = self.embed(texts)
-            self.embed_seconds += time.monotonic() - started
-            self.chunks_embedded += len(texts)
+        vecs = self._embed_cached(texts) if texts else np.zeros((0, 0), dtype=np.float32)
         offset = 0
         for prep in ready:
             if self._stop.is_set():
@@ -420,6 +426,36 @@ class RetrievalIndex:
             self._publish(prep, vecs[offset : offset + n])
             self._done()
             offset += n
+
+    def _embed_cached(self, texts: list[str]) -> np.ndarray:
+        """Vectors of ``texts``: from the cache where it has them, else embedded (and stored)."""
+        cache = self.cache
+        digests = [text_digest(t) for t in texts] if cache is not None else []
+        found = cache.get_many(digests) if cache is not None else {}
+        todo = (
+            [i for i, d in enumerate(digests) if d not in found]
+            if cache is not None
+            else list(range(len(texts)))
+        )
+        fresh = np.zeros((0, 0), dtype=np.float32)
+        if todo:
+            started = time.monotonic()
+            fresh = self.embed([texts[i] for i in todo])
+            self.embed_seconds += time.monotonic() - started
+            self.chunks_embedded += len(todo)
+            if cache is not None:
+                cache.put_many([(digests[i], fresh[j]) for j, i in enumerate(todo)])
+        self.chunks_cached += len(texts) - len(todo)
+        if cache is None:
+            return fresh
+        dim = fresh.shape[1] if len(todo) else len(next(iter(found.values())))
+        out = np.empty((len(texts), dim), dtype=np.float32)
+        for j, i in enumerate(todo):
+            out[i] = fresh[j]
+        for i, d in enumerate(digests):
+            if d in found:
+                out[i] = found[d]
+        return out
 
     def _vectors_full(self, path: str) -> bool:
         """No room for a new file's vectors: count the skip without reading the file."""

@@ -33,6 +33,7 @@ from tools.search.offload import bm25_cache, in_thread
 from tools.search.retrieval import chunks as chunking
 from tools.search.retrieval import hybrid
 from tools.search.retrieval.config import config_from_services, make_embedder
+from tools.search.retrieval.embed_cache import open_cache
 from tools.search.retrieval.index import RetrievalIndex
 
 NAME = "search"
@@ -72,7 +73,9 @@ def start_index(
     services = services or {}
     config = config_from_services(services)
     owns = services.get("retrieval_embedder") is None
-    index = RetrievalIndex(workspace, make_embedder(services), config.caps, owns_embedder=owns)
+    embedder = make_embedder(services)
+    cache = open_cache(workspace, embedder) if config.embedding_cache else None
+    index = RetrievalIndex(workspace, embedder, config.caps, owns_embedder=owns, cache=cache)
     session_state[SESSION_KEY] = index
     index.start()
     return index
