@@ -25,7 +25,7 @@ def _modes(session: object) -> list[str]:
 def test_q1_retrieval_modes_only_when_enabled(agent: Agent, workspace: Path) -> None:
     assert "semantic" not in _modes(agent.session(workspace))
     with_retrieval = agent.session(workspace, SessionOptions(workspace_retrieval=True))
-    assert _modes(with_retrieval) == ["grep", "glob", "bm25", "semantic", "hybrid"]
+    assert _modes(with_retrieval) == ["grep", "glob", "bm25", "indexed", "semantic", "hybrid"]  # local: Q-8
     with_retrieval.close()
 
 

@@ -124,10 +124,30 @@ def _candidates(searcher: Any, query: Any, limit: int, accept: Any) -> tuple[lis
         fetch = min(MAX_FETCH, fetch * 4)
 
 
-def _best_line(lines: list[str], start: int, end: int, terms: set[str]) -> int:
+def _best_line(
+    lines: list[str], start: int, end: int, terms: list[str], words: dict[str, frozenset[str]]
+) -> int:
+    """The first line of the chunk holding the most query terms (the bm25 mode's window centre).
+
+    A term is a lowercase substring of any line that holds it, so a line without one is skipped
+    untokenized; the others are cut into words, each word's terms looked up in ``words`` (filled
+    here, shared by the query's hits).
+    """
+    wanted = set(terms)
+    findall = bm25.WORD_RE.findall
     best, best_hits = start, -1
     for n in range(start, min(end, len(lines)) + 1):
-        hits = len(terms.intersection(bm25.tokenize(lines[n - 1])))
+        line = lines[n - 1]
+        low = line.lower()
+        hits = 0
+        if any(t in low for t in terms):
+            found: set[str] = set()
+            for w in findall(line):
+                got = words.get(w)
+                if got is None:
+                    got = words[w] = frozenset(wanted.intersection(bm25.tokenize_word(w)))
+                found |= got
+            hits = len(found)
         if hits > best_hits:
             best, best_hits = n, hits
     return best
@@ -153,7 +173,7 @@ def search(
     candidates, total, _ = _candidates(searcher, query, limit, accept)
     found = Found([], total)
     files: dict[str, tuple[str, list[str]] | None] = {}
-    wanted = set(terms)
+    words: dict[str, frozenset[str]] = {}
     with Reader(ws) as reader:
         for hit in candidates:
             if len(found.hits) >= limit:
@@ -167,7 +187,7 @@ def search(
                 found.stale_paths.add(hit.path)
                 continue
             lines = cur[1]
-            found.hits.append((hit, lines, _best_line(lines, hit.start, hit.end, wanted)))
+            found.hits.append((hit, lines, _best_line(lines, hit.start, hit.end, terms, words)))
     return found
 
 

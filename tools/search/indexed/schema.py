@@ -48,17 +48,35 @@ def build_schema() -> Any:
     return sb.build()
 
 
+def _joined(word: str) -> str:
+    if len(word) > MAX_WORD_CHARS:
+        return ""
+    return " ".join(bm25.tokenize_word(word))
+
+
+class _StrWords(dict[str, str]):
+    def __missing__(self, word: str) -> str:
+        got = self[word] = _joined(word)
+        return got
+
+
+class _AsciiWords(dict[bytes, str]):
+    def __missing__(self, word: bytes) -> str:
+        got = self[word] = _joined(word.decode("ascii"))
+        return got
+
+
 class JoinedTokens:
-    """word → its bm25 tokens joined by spaces ('' for an over-long word), computed once per word."""
+    """word → its bm25 tokens joined by spaces ('' for an over-long word), computed once per word.
+
+    Dicts with ``__missing__`` so that ``map(cache.__getitem__, words)`` runs at C speed and only
+    new words reach Python; an over-long word leaves an extra space, which the ``whitespace``
+    tokenizer ignores.
+    """
 
     def __init__(self) -> None:
-        self.words: dict[str, str] = {}
-        self.ascii: dict[bytes, str] = {}
-
-    def _word(self, word: str) -> str:
-        if len(word) > MAX_WORD_CHARS:
-            return ""
-        return " ".join(bm25.tokenize_word(word))
+        self.words = _StrWords()
+        self.ascii = _AsciiWords()
 
     def trim(self) -> None:
         if len(self.words) + len(self.ascii) > MAX_TOKEN_CACHE:
@@ -66,26 +84,10 @@ class JoinedTokens:
             self.ascii.clear()
 
     def text_chunk(self, text: str) -> str:
-        words = self.words
-        out = []
-        for w in bm25.WORD_RE.findall(text):
-            got = words.get(w)
-            if got is None:
-                got = words[w] = self._word(w)
-            if got:
-                out.append(got)
-        return " ".join(out)
+        return " ".join(map(self.words.__getitem__, bm25.WORD_RE.findall(text)))
 
     def ascii_chunk(self, words_bytes: list[bytes]) -> str:
-        cache = self.ascii
-        out = []
-        for w in words_bytes:
-            got = cache.get(w)
-            if got is None:
-                got = cache[w] = self._word(w.decode("ascii"))
-            if got:
-                out.append(got)
-        return " ".join(out)
+        return " ".join(map(self.ascii.__getitem__, words_bytes))
 
 
 def chunk_bodies(text: str, raw: bytes | None, tokens: JoinedTokens) -> list[tuple[int, int, str]]:

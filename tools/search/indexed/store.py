@@ -259,7 +259,7 @@ def write_manifest(directory: Path, manifest: Manifest) -> None:
         "built_at": manifest.built_at_ns / 1e9,
         "committed_at": time.time(),
     }
-    _atomic_write(directory / SUMMARY, json.dumps(summary).encode())
+    _atomic_write(directory / SUMMARY, json.dumps(summary).encode(), durable=False)  # counts only
 
 
 def read_summary(directory: Path) -> dict[str, Any] | None:
@@ -274,12 +274,15 @@ def read_summary(directory: Path) -> dict[str, Any] | None:
     return data
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def _atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
@@ -317,7 +320,7 @@ def write_lock(directory: Path, *, wait_s: float = 0.0, should_stop: Any = None)
 
 def write_progress(directory: Path, data: dict[str, Any]) -> None:
     body = {"pid": os.getpid(), "host": socket.gethostname(), "updated_at": time.time(), **data}
-    _atomic_write(directory / PROGRESS, json.dumps(body).encode())
+    _atomic_write(directory / PROGRESS, json.dumps(body).encode(), durable=False)  # advisory only
 
 
 def read_progress(directory: Path) -> dict[str, Any] | None:
