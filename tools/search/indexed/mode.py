@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernel.context import ToolContext
-from kernel.errors import InvalidArgument, Unsupported
+from kernel.errors import InternalError, InvalidArgument, Unsupported
 from tools.search import bm25_mode, grep
 from tools.search.indexed import background, query, store
 from tools.search.offload import in_thread
@@ -88,6 +88,17 @@ async def run_indexed(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
     base_is_file = bool(req.path) and ws.stat(req.path).kind == "file"
 
     def work(guard: grep.Guard) -> tuple[str, dict[str, Any]]:
+        try:
+            return answer(guard)
+        except (KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                raise
+            # tantivy reports Rust panics as pyo3 PanicException, a BaseException: keep it a tool error
+            raise InternalError(f"the search index failed: {type(exc).__name__}: {exc}") from None
+
+    def answer(guard: grep.Guard) -> tuple[str, dict[str, Any]]:
         updater = background.updater_for(ws, location) if config.auto_update else None
         directory = location.existing()
         if updater is not None:
