@@ -7,6 +7,7 @@ multi-process and crash cases; no timing assertions.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -452,3 +453,26 @@ def test_q8_cli_index_build_and_status(tmp_path: Path) -> None:
     )
     out = run("index", "status", "--workspace", str(tmp_path / "missing"))
     assert out.exit_code != 0 and len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+def test_q8_symlinks_and_special_files_are_never_indexed(tmp_path: Path) -> None:
+    """B-6: the builder reads beneath the workspace without following symlinks; a FIFO never blocks."""
+    outside = tmp_path / "outside"
+    write(outside, "secret.txt", "outsideSecretToken\n")
+    ws_dir = tmp_path / "ws"
+    write(ws_dir, "inside.txt", "insideToken\n")
+    (ws_dir / "link.txt").symlink_to(outside / "secret.txt")
+    (ws_dir / "linkdir").symlink_to(outside)
+    os.mkfifo(ws_dir / "pipe.txt")
+    ws = LocalWorkspace(ws_dir)
+    report = update_index(ws)
+    assert report.indexed_files == 1 and report.files == 1
+    directory = store.locate(ws).existing()
+    assert directory is not None
+    from tools.search.indexed import query
+
+    found = query.search(
+        ws, directory, ["outsidesecrettoken"], base="", base_is_file=False, accept=lambda p: True, limit=5,
+        check=lambda: None,
+    )  # fmt: skip
+    assert found.matched == 0

@@ -3,12 +3,12 @@
 Visibility is the search tool's (``tools.search.ignore``): ``.gitignore``/``.ignore``/``.rgignore``,
 hidden entries, ``.git`` and ``.a3s`` skipped, symlinks and special files never followed.
 
-Reads of a local workspace are race-free against a model that swaps files under the walk: the
-file is opened by walking its directories from a root directory fd with ``O_NOFOLLOW |
-O_DIRECTORY`` (a directory replaced by a symlink fails to open), then the file itself with
-``O_NOFOLLOW | O_NONBLOCK`` and a regular-file check on the open descriptor (a FIFO or device
-swapped in is refused without blocking). At most ``limit + 1`` bytes are read. Git-tree
-workspaces are read through their object store (``Workspace.read_bytes``).
+Reads and stats of a local workspace go through the workspace's race-free boundary
+(``kernel.beneath``: beneath the pinned root descriptor, no symlink followed at any component —
+the walk never crossed one — regular files only, a FIFO or device refused without blocking), so a
+model that swaps a directory for a symlink under a build can make a file unreadable, never make
+the host read outside the workspace. At most ``limit + 1`` bytes are read. Git-tree workspaces
+are read through their object store (``Workspace.read_bytes``).
 """
 
 from __future__ import annotations
@@ -19,13 +19,10 @@ import stat as stat_mod
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kernel.errors import ToolError
+from kernel.errors import NotFound, ToolError
 from kernel.workspace import Workspace
-from tools.search.grep_local import is_local, walk_local
+from tools.search.grep_local import beneath_of, is_local, walk_local
 from tools.search.ignore import IgnoreRules, walk
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +41,10 @@ def list_files(ws: Workspace, should_stop: Callable[[], bool]) -> dict[str, List
     rules = IgnoreRules(ws)
     out: dict[str, Listed] = {}
     if is_local(ws):
-        root = os.fspath(ws.root)  # type: ignore[arg-type]
+        beneath = beneath_of(ws)
         for p in walk_local(ws, "", rules, should_stop):
-            with contextlib.suppress(OSError):
-                st = os.lstat(f"{root}/{p}")
+            with contextlib.suppress(OSError, ToolError):
+                st = beneath.lstat_strict(p)
                 if stat_mod.S_ISREG(st.st_mode):
                     out[p] = Listed(p, st.st_size, st.st_mtime_ns)
         return out
@@ -60,7 +57,7 @@ def stat_file(ws: Workspace, path: str) -> Listed | None:
     """One file's listing now, or None when it is gone or no longer a regular file."""
     try:
         if is_local(ws):
-            st = os.lstat(f"{os.fspath(ws.root)}/{path}")  # type: ignore[arg-type]
+            st = beneath_of(ws).lstat_strict(path)
             return Listed(path, st.st_size, st.st_mtime_ns) if stat_mod.S_ISREG(st.st_mode) else None
         entry = ws.stat(path)
     except (OSError, ToolError):
@@ -69,21 +66,15 @@ def stat_file(ws: Workspace, path: str) -> Listed | None:
 
 
 class Reader:
-    """Reads files of one workspace for one build; holds directory fds (close it)."""
+    """Reads files of one workspace for one build or query (a context manager, kept for callers
+    that batch reads)."""
 
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
         self.local = is_local(ws)
-        self._root_fd = os.open(os.fspath(ws.root), _DIR_FLAGS) if self.local else -1  # type: ignore[arg-type]
-        self._dir: tuple[str, int] | None = None  # the last directory opened (files come sorted)
 
     def close(self) -> None:
-        if self._dir is not None:
-            os.close(self._dir[1])
-            self._dir = None
-        if self._root_fd >= 0:
-            os.close(self._root_fd)
-            self._root_fd = -1
+        """Nothing held between reads: every read opens and closes its own descriptor."""
 
     def __enter__(self) -> Reader:
         return self
@@ -99,21 +90,19 @@ class Reader:
                 data = self.ws.read_bytes(path)
                 entry = self.ws.stat(path)
             except ToolError as exc:
-                if exc.kind == "not_found":
+                if isinstance(exc, NotFound):
                     raise FileNotFoundError(path) from None
                 raise Unreadable(exc.message) from None
             return data[: limit + 1], entry.size, entry.mtime_ns
-        directory, _, name = path.rpartition("/")
         try:
-            fd = os.open(name, _FILE_FLAGS, dir_fd=self._dir_fd(directory))
+            fd, st = beneath_of(self.ws).open_regular(path, follow_symlinks=False)
+        except NotFound:
+            raise FileNotFoundError(path) from None
         except FileNotFoundError:
             raise
-        except OSError as exc:
-            raise Unreadable(f"{path}: {exc.strerror}") from None
+        except (ToolError, OSError) as exc:
+            raise Unreadable(f"{path}: {exc}") from None
         try:
-            st = os.fstat(fd)
-            if not stat_mod.S_ISREG(st.st_mode):
-                raise Unreadable(f"{path} is not a regular file")
             chunks = []
             left = limit + 1
             while left > 0:
@@ -125,27 +114,3 @@ class Reader:
             return b"".join(chunks), st.st_size, st.st_mtime_ns
         finally:
             os.close(fd)
-
-    def _dir_fd(self, directory: str) -> int:
-        if not directory:
-            return self._root_fd
-        if self._dir is not None and self._dir[0] == directory:
-            return self._dir[1]
-        fd = os.dup(self._root_fd)
-        try:
-            for part in directory.split("/"):
-                try:
-                    nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                except FileNotFoundError:
-                    raise
-                except OSError as exc:
-                    raise Unreadable(f"{directory}: {exc.strerror}") from None
-                os.close(fd)
-                fd = nxt
-        except BaseException:
-            os.close(fd)
-            raise
-        if self._dir is not None:
-            os.close(self._dir[1])
-        self._dir = (directory, fd)
-        return fd
