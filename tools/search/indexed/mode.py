@@ -51,7 +51,15 @@ class IndexConfig:
             unknown = set(value) - {"enabled", "auto_update", "first_query_wait_s", "refresh_interval_s"}
             if unknown:
                 raise InvalidArgument(f"unknown search_index setting(s): {', '.join(sorted(unknown))}")
-            return cls(**value)
+            out = cls(**value)
+            for name in ("enabled", "auto_update"):
+                if not isinstance(getattr(out, name), bool):
+                    raise InvalidArgument(f"search_index setting {name} must be true or false")
+            for name in ("first_query_wait_s", "refresh_interval_s"):
+                v = getattr(out, name)
+                if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < float("inf"):
+                    raise InvalidArgument(f"search_index setting {name} must be a number of seconds >= 0")
+            return out
         raise InvalidArgument("services['search_index'] must be a bool or a dict")
 
 
