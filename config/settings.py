@@ -6,7 +6,7 @@ become Celery jobs on that Redis broker (SPEC F-1).
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -28,6 +28,25 @@ class Settings(BaseSettings):
     # Agent builds, on the orchestrator and on workers alike (plugins, test and bench tools).
     extra_tools: str = ""
     log_level: str = "WARNING"
+
+    # Network tools (issue 12; docs/network.md). A3S_NET_ALLOW is the only way to open the SSRF
+    # guard: hosts (`intranet.corp`, `*.corp`) or addresses/CIDRs (`10.0.0.0/8`), comma-separated.
+    # Empty by default; for tests on loopback and private deployments.
+    net_allow: str = ""
+    searxng_url: str | None = Field(default=None, description="SearXNG base URL for web_search's api tier")
+    # Keyed search APIs: keys come from each process's own environment, never from the broker.
+    tavily_api_key: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("A3S_TAVILY_API_KEY", "TAVILY_API_KEY")
+    )
+    brave_api_key: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("A3S_BRAVE_API_KEY", "BRAVE_SEARCH_API_KEY")
+    )
+    # Engine URL templates, `name=url` pairs separated by spaces ({query}, {limit} are filled in),
+    # overriding the defaults in tools/web_search/config.py (tests serve result pages on loopback).
+    search_engine_urls: str = ""
+    search_cascade: str = "headless,http,api"
+    search_max_concurrent: int = 4
+    chromium_path: str = "/usr/bin/chromium"
 
     @property
     def embedded(self) -> bool:

@@ -147,13 +147,32 @@ class SessionCore:
             await asyncio.sleep(DRAIN_POLL_S)
 
 
-class SessionFactory:
-    """Builds ``SessionCore``s on one loop thread, with one id factory and one set of extra tools."""
+def process_services(settings: Any, state_store: Any) -> dict[str, Any]:
+    """Runtimes every session of a process gets unless its options name their own (issue 12):
+    ``net`` — the safe transport (A3S_NET_ALLOW and the proxies of *this* process's environment) —
+    and ``state_store`` — breakers, bulkheads, coalescing (in memory embedded, Redis on a fleet)."""
+    from tools.net import NetRuntime
 
-    def __init__(self, loop: LoopThread, ids: IdFactory, extra: Sequence[ToolSpec] = ()) -> None:
+    return {"net": NetRuntime.from_settings(settings, os.environ), "state_store": state_store}
+
+
+class SessionFactory:
+    """Builds ``SessionCore``s on one loop thread, with one id factory and one set of extra tools.
+
+    ``services`` are the process's shared runtimes (``process_services``); a session's own
+    ``options.services`` override them key by key."""
+
+    def __init__(
+        self,
+        loop: LoopThread,
+        ids: IdFactory,
+        extra: Sequence[ToolSpec] = (),
+        services: dict[str, Any] | None = None,
+    ) -> None:
         self.loop = loop
         self.ids = ids
         self.extra = list(extra)
+        self.services = dict(services or {})
 
     def build(
         self,
@@ -193,7 +212,7 @@ class SessionFactory:
             clock=SystemClock(),
             ids=self.ids,
             compact_change=compact_change_metadata,
-            services=dict(options.services),
+            services={**self.services, **options.services},
             session_state=session_state,
             budget_used=budget_used,
             started_ms=started_ms,

@@ -60,8 +60,12 @@ class SessionOptions:
     max_nesting_depth: int = MAX_NESTING_DEPTH
     # Tool runtime settings (read by tools through ctx.settings).
     bash_sandbox: Literal["auto", "always", "never"] = "auto"
-    # Test-only escape hatch for the SSRF guard: loopback targets become reachable. Never default.
-    allow_loopback_network: bool = False
+    # Network tools (issue 12; docs/network.md). `net_allow` opens the SSRF guard for this session:
+    # hosts (`intranet.corp`, `*.corp`) or addresses/CIDRs (`127.0.0.1`, `10.0.0.0/8`); None = the
+    # process's A3S_NET_ALLOW (empty by default). For tests on loopback and private deployments only.
+    net_allow: tuple[str, ...] | None = None
+    # Who shares web_search's circuit breakers: this session, or every session of the fleet/process.
+    search_breaker_scope: Literal["session", "fleet"] = "session"
     workspace_retrieval: bool = False
     artifact_store: Literal["file", "memory"] = "file"
     services: dict[str, Any] = field(default_factory=dict)
@@ -77,7 +81,8 @@ class SessionOptions:
             "default_tool_slots": self.default_tool_slots,
             "max_nesting_depth": self.max_nesting_depth,
             "bash_sandbox": self.bash_sandbox,
-            "allow_loopback_network": self.allow_loopback_network,
+            "net_allow": list(self.net_allow) if self.net_allow is not None else None,
+            "search_breaker_scope": self.search_breaker_scope,
             "workspace_retrieval": self.workspace_retrieval,
             "artifact_store": self.artifact_store,
         }

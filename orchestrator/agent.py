@@ -22,7 +22,7 @@ from typing import Any
 
 from config.settings import Settings
 from flows.loop import LoopThread
-from flows.sessions import SessionCore, SessionFactory, extra_tools, open_workspace
+from flows.sessions import SessionCore, SessionFactory, extra_tools, open_workspace, process_services
 from kernel.clock import RandomIds
 from kernel.options import SessionOptions
 from kernel.workspace import Workspace
@@ -36,9 +36,24 @@ class Agent:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
         self._loop = LoopThread()
-        self._factory = SessionFactory(self._loop, RandomIds(), extra_tools(self.settings.extra_tools))
+        self._factory = SessionFactory(
+            self._loop,
+            RandomIds(),
+            extra_tools(self.settings.extra_tools),
+            process_services(self.settings, self._state_store()),
+        )
         self._sessions: list[Session] = []
         self._fleet_app: Any = None
+
+    def _state_store(self) -> Any:
+        """Breakers/bulkheads/coalescing for this agent's sessions: in memory, or the fleet's Redis."""
+        if self.settings.embedded:
+            from kernel.state import MemoryStateStore
+
+            return MemoryStateStore()
+        from orchestrator.dispatch import fleet_state_store
+
+        return fleet_state_store(self.settings)
 
     @property
     def loop(self) -> LoopThread:

@@ -495,3 +495,11 @@ def fleet_session_sink(settings: Settings, session_id: str) -> Any:
     from workers.runtime import state_url
 
     return fleet_event_sink(state_url(settings), session_id)
+
+
+def fleet_state_store(settings: Settings) -> Any:
+    """The fleet's shared breakers, bulkheads and coalescing (Redis; connects on first use)."""
+    from workers.runtime import state_url
+    from workers.state import RedisStateStore
+
+    return RedisStateStore.from_url(state_url(settings))

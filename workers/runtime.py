@@ -29,7 +29,13 @@ from typing import Any, TypeVar
 
 from config.settings import Settings
 from flows.loop import LoopThread
-from flows.sessions import SessionCore, SessionFactory, extra_tools, options_from_snapshot
+from flows.sessions import (
+    SessionCore,
+    SessionFactory,
+    extra_tools,
+    options_from_snapshot,
+    process_services,
+)
 from kernel.clock import RandomIds
 from kernel.errors import InvalidArgument, Transport
 from workers.event_pump import EventPump
@@ -67,7 +73,10 @@ class WorkerRuntime:
         self.steps = self.state.steps()
         self.events = EventPump(self.client)
         self.loop = LoopThread("a3s-worker-loop")
-        self.factory = SessionFactory(self.loop, RandomIds(), extra_tools(settings.extra_tools))
+        # Breakers, the search bulkhead and coalescing live in Redis: shared by the whole fleet.
+        self.factory = SessionFactory(
+            self.loop, RandomIds(), extra_tools(settings.extra_tools), process_services(settings, self.state)
+        )
         self._sessions: OrderedDict[str, SessionCore] = OrderedDict()
         self._inline: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()

@@ -1,0 +1,311 @@
+"""``SafeHttp`` against loopback servers the tests start (SPEC D-3, W-6).
+
+Proves: the guard closed refuses every loopback spelling before a request (the server logs
+nothing); redirects are followed by hand, re-validated per hop, bounded, and a cross-origin hop
+loses credentials and ``If-Range``; names are pinned to the verified address with the URL's Host
+kept; environment proxies are used with the literal checks still applied; failures are typed
+from the status only; the mapping of httpx exceptions is total.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import httpcore
+import httpx
+import pytest
+
+from kernel.errors import InvalidArgument, RateLimited, ToolError, Transport
+from tests.tools.netserver import LoopbackServer, redirect, static
+from tools.net import (
+    BlockedAddress,
+    NetAllow,
+    NetRuntime,
+    ProxySettings,
+    StaticResolver,
+    map_http_error,
+    parse_url,
+    read_body,
+    retry_after_ms,
+    status_error,
+)
+from tools.net.backend import GuardedBackend
+from tools.net.client import TooManyRedirects
+
+LOOP = NetAllow.parse("127.0.0.1")
+
+
+@pytest.fixture()
+def server():
+    srv = LoopbackServer()
+    yield srv
+    srv.close()
+
+
+@pytest.fixture()
+def other():
+    srv = LoopbackServer("127.0.0.2")
+    yield srv
+    srv.close()
+
+
+async def fetch(runtime: NetRuntime, url: str, allow: NetAllow = LOOP, **kw) -> tuple[int, bytes, int]:
+    async with runtime.client(allow) as http, http.open(parse_url(url), op="t", **kw) as got:
+        return got.response.status_code, await read_body(got.response, 1 << 20, "t", got.url), got.redirects
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1",
+        "127.1",
+        "2130706433",
+        "0x7f000001",
+        "0x7f.0.0.1",
+        "127.0.0.1.",
+        "localhost",
+        "a.localhost",
+        "[::ffff:127.0.0.1]",
+    ],
+)
+async def test_d3_guard_closed_refuses_loopback_spellings_and_the_server_sees_nothing(
+    server: LoopbackServer, host: str
+) -> None:
+    server.route("/x", static(200, "secret"))
+    with pytest.raises(BlockedAddress):
+        await fetch(NetRuntime(), server.url("/x", host=host), allow=NetAllow())
+    assert server.hits() == []
+
+
+async def test_d3_allowed_loopback_is_reachable(server: LoopbackServer) -> None:
+    server.route("/x", static(200, "hello"))
+    assert await fetch(NetRuntime(), server.url("/x")) == (200, b"hello", 0)
+
+
+async def test_d3_redirect_from_an_allowed_host_to_a_non_allowed_one_is_refused(
+    server: LoopbackServer, other: LoopbackServer
+) -> None:
+    other.route("/inner", static(200, "internal"))
+    server.route("/go", redirect(other.url("/inner")))
+    with pytest.raises(BlockedAddress, match=r"127\.0\.0\.2"):
+        await fetch(NetRuntime(), server.url("/go"))
+    assert len(server.hits("/go")) == 1
+    assert other.hits() == []
+
+
+async def test_d3_each_redirect_hop_is_revalidated_including_spellings(server: LoopbackServer) -> None:
+    server.route("/go", redirect(f"http://2130706434:{server.port}/x"))  # 127.0.0.2
+    with pytest.raises(BlockedAddress):
+        await fetch(NetRuntime(), server.url("/go"))
+
+
+async def test_d3_redirects_are_bounded_to_ten(server: LoopbackServer) -> None:
+    for i in range(12):
+        server.route(f"/r{i}", redirect(f"/r{i + 1}", 307))
+    server.route("/r12", static(200, "end"))
+    server.route("/r10", static(200, "ten"))
+    assert await fetch(NetRuntime(), server.url("/r0")) == (200, b"ten", 10)
+    server.route("/r10", redirect("/r11"))
+    with pytest.raises(TooManyRedirects):
+        await fetch(NetRuntime(), server.url("/r0"))
+    assert len(server.hits("/r11")) == 0
+
+
+async def test_d3_cross_origin_redirect_drops_credentials_and_if_range(
+    server: LoopbackServer, other: LoopbackServer
+) -> None:
+    other.route("/dst", static(200, "ok"))
+    server.route("/same-dst", static(200, "ok"))
+    server.route("/cross", redirect(other.url("/dst")))
+    server.route("/same", redirect("/same-dst"))
+    headers = {"Authorization": "Bearer t0k", "Cookie": "a=b", "If-Range": '"v1"', "Range": "bytes=0-"}
+    allow = NetAllow.parse("127.0.0.0/8")
+    await fetch(NetRuntime(), server.url("/cross"), allow=allow, headers=headers)
+    await fetch(NetRuntime(), server.url("/same"), allow=allow, headers=headers)
+    cross = other.hits("/dst")[0].headers
+    assert "authorization" not in cross and "cookie" not in cross and "if-range" not in cross
+    assert cross["range"] == "bytes=0-"
+    same = server.hits("/same-dst")[0].headers
+    assert same["authorization"] == "Bearer t0k" and same["if-range"] == '"v1"'
+
+
+async def test_d3_303_turns_a_post_into_a_get_without_body(server: LoopbackServer) -> None:
+    server.route("/post", redirect("/after", 303))
+    server.route("/after", static(200, "done"))
+    async with (
+        NetRuntime().client(LOOP) as http,
+        http.open(parse_url(server.url("/post")), method="POST", json={"q": 1}, op="t") as got,
+    ):
+        assert got.response.status_code == 200
+    assert server.hits("/after")[0].method == "GET"
+    assert "content-length" not in server.hits("/after")[0].headers
+
+
+async def test_d3_names_are_pinned_to_the_verified_address_and_keep_their_host_header(
+    server: LoopbackServer,
+) -> None:
+    server.route("/h", static(200, "pinned"))
+    connected: list[tuple[str, str, int]] = []
+    runtime = NetRuntime(
+        resolver=StaticResolver({"svc.example.com": ["127.0.0.1"]}),
+        on_connect=lambda host, ip, port: connected.append((host, str(ip), port)),
+    )
+    url = f"http://svc.example.com:{server.port}/h"
+    assert (await fetch(runtime, url))[1] == b"pinned"
+    assert connected == [("svc.example.com", "127.0.0.1", server.port)]
+    assert server.hits("/h")[0].headers["host"] == f"svc.example.com:{server.port}"
+    # The same name with the guard closed: refused at resolution, nothing sent.
+    with pytest.raises(BlockedAddress):
+        await fetch(runtime, url, allow=NetAllow())
+    assert len(server.hits("/h")) == 1
+
+
+async def test_d3_the_transport_pool_uses_the_guarded_backend() -> None:
+    http = NetRuntime().client(LOOP)
+    client = http._client_for(parse_url("http://127.0.0.1/"))
+    pool = client._transport._pool  # type: ignore[attr-defined]
+    assert isinstance(pool._network_backend, GuardedBackend)
+    await http.aclose()
+
+
+async def test_d3_environment_proxy_is_used_and_literal_checks_still_apply(server: LoopbackServer) -> None:
+    """The 'proxy' is a loopback server answering absolute-form requests; it is trusted config."""
+    server.route("http://far.example.com/page", static(200, "via proxy"))
+    proxies = ProxySettings.from_env({"HTTP_PROXY": server.url("/")})
+    runtime = NetRuntime(proxies=proxies)
+    async with runtime.client(NetAllow()) as http:
+        async with http.open(parse_url("http://far.example.com/page"), op="t") as got:
+            assert await read_body(got.response, 100, "t", got.url) == b"via proxy"
+        with pytest.raises(BlockedAddress):
+            async with http.open(parse_url("http://10.0.0.1/"), op="t"):
+                pass
+        with pytest.raises(BlockedAddress):
+            async with http.open(parse_url("http://localhost/"), op="t"):
+                pass
+    assert [s.path for s in server.hits()] == ["http://far.example.com/page"]
+
+
+def test_d3_no_proxy_bypasses_the_environment_proxy() -> None:
+    proxies = ProxySettings.from_env(
+        {"https_proxy": "http://proxy.corp:3128", "NO_PROXY": "internal.example.com"}
+    )
+    assert proxies.for_url(parse_url("https://www.example.com/")) == "http://proxy.corp:3128"
+    assert proxies.for_url(parse_url("https://internal.example.com/")) is None
+    assert proxies.for_url(parse_url("http://www.example.com/")) is None
+
+
+async def test_d3_a_request_named_proxy_must_itself_pass_the_guard(server: LoopbackServer) -> None:
+    async with NetRuntime().client(NetAllow(), request_proxy=server.url("/")) as http:
+        with pytest.raises(BlockedAddress):
+            async with http.open(parse_url("http://far.example.com/"), op="t"):
+                pass
+    assert server.hits() == []
+    with pytest.raises(InvalidArgument):
+        NetRuntime().client(request_proxy="ftp://proxy:21")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://example.com/x",
+        "file:///etc/passwd",
+        "gopher://example.com/",
+        "http://user:pw@example.com/",
+        "https://user@example.com/",
+        "http:///nohost",
+        "http://ex%61mple.com/",
+        "http://127.0.0.1%2e/",
+        "http://exa mple.com/",
+        "//example.com/x",
+        "not a url",
+        "",
+    ],
+)
+def test_d2_bad_urls_are_rejected_before_any_request(url: str) -> None:
+    with pytest.raises(InvalidArgument):
+        parse_url(url)
+
+
+def test_d2_fragment_dropped_query_kept_anchor_drops_query() -> None:
+    url = parse_url("https://host.example.com/a/b.bin?X-Amz-Signature=abc&x=1#frag")
+    assert url.url.fragment == ""
+    assert "X-Amz-Signature=abc" in str(url)
+    assert url.anchor == "https://host.example.com/a/b.bin"
+    stripped = parse_url("https://h.example.com/p?api_key=K&page=2", drop_secret_query=True)
+    assert str(stripped) == "https://h.example.com/p?page=2"
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (429, "rate_limited"),
+        (408, "transport"),
+        (500, "transport"),
+        (503, "transport"),
+        (404, "tool_error"),
+        (403, "tool_error"),
+    ],
+)
+def test_w6_failures_are_typed_from_the_status_only(status: int, kind: str) -> None:
+    err = status_error("web_fetch", status, httpx.Headers({"retry-after": "7"}), "https://h/x", 0)
+    assert err.kind == kind
+    if kind == "rate_limited":
+        assert isinstance(err, RateLimited) and err.data["retry_after_ms"] == 7000
+    if kind == "transport":
+        assert isinstance(err, Transport) and err.data["op"] == "web_fetch"
+
+
+def test_w6_retry_after_accepts_http_dates() -> None:
+    now = 1_700_000_000_000
+    assert retry_after_ms("Tue, 14 Nov 2023 22:13:30 GMT", now) == 10_000
+    assert retry_after_ms("soon", now) is None
+    assert retry_after_ms("99999999", now) == 24 * 3600 * 1000
+
+
+def _subclasses(cls: type) -> set[type]:
+    out = set()
+    for sub in cls.__subclasses__():
+        out |= {sub} | _subclasses(sub)
+    return out
+
+
+def test_w6_the_httpx_exception_mapping_is_total() -> None:
+    classes = {
+        c
+        for module in (httpx, httpcore)
+        for _, c in inspect.getmembers(module, inspect.isclass)
+        if issubclass(c, Exception)
+    }
+    for cls in sorted(classes, key=lambda c: c.__name__):
+        try:
+            exc = cls("boom")
+        except TypeError:
+            exc = cls.__new__(cls)
+            Exception.__init__(exc, "boom")
+        mapped = map_http_error(exc, "t", "https://h/x", secret="https://h/x?sig=s")
+        assert isinstance(mapped, ToolError), cls
+        assert mapped.kind in ("transport", "invalid_argument"), cls
+        assert "sig=s" not in mapped.message
+
+
+async def test_w6_body_limit_checks_declared_and_streamed_sizes(server: LoopbackServer) -> None:
+    server.route("/big", static(200, b"x" * 5000))
+
+    def undeclared(h):  # no Content-Length: the streamed check must catch it
+        h.send_response(200)
+        h.send_header("Connection", "close")
+        h.end_headers()
+        h.wfile.write(b"y" * 5000)
+        h.close_connection = True
+
+    server.route("/stream", undeclared)
+    for path in ("/big", "/stream"):
+        async with NetRuntime().client(LOOP) as http, http.open(parse_url(server.url(path)), op="t") as got:
+            with pytest.raises(InvalidArgument, match="limit"):
+                await read_body(got.response, 1000, "t", got.url)
+
+
+async def test_d3_dns_failure_is_a_transport_error(server: LoopbackServer) -> None:
+    runtime = NetRuntime(resolver=StaticResolver({}))
+    with pytest.raises(Transport):
+        await fetch(runtime, "http://nowhere.example.com/")

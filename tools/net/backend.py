@@ -1,0 +1,126 @@
+"""The pinned connection: an httpcore network backend that connects only to verified addresses (D-3).
+
+httpx hands every new connection's host and port to ``GuardedBackend.connect_tcp``. There the guard
+resolves the name (every answer checked, mixed answers refused) and the socket is opened to one of
+*those* addresses — the name is never passed to the socket layer, so no second resolution can
+return something else (DNS rebinding). TLS is started by httpcore afterwards with the URL's host
+as SNI and for certificate checks, and the ``Host`` header is the URL's: pinning changes where we
+connect, not what we ask for. Unix sockets are refused.
+
+``GuardedTransport`` is an ``httpx.AsyncHTTPTransport`` whose connection pool uses this backend
+(httpx has no public knob for the backend; ``tests/tools/test_net_transport.py`` pins that the pool
+we install is the one requests go through).
+"""
+
+# ruff: noqa: ASYNC109  (the `timeout` parameters are httpcore's backend interface)
+from __future__ import annotations
+
+import ssl
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import httpcore
+import httpx
+
+from tools.net.addresses import IPAddress
+from tools.net.guard import NetGuard
+
+_SSL_CONTEXT: ssl.SSLContext | None = None
+_SSL_LOCK = threading.Lock()
+
+
+def ssl_context() -> ssl.SSLContext:
+    """One verified TLS context per process (loading the CA bundle costs ~20 ms each time)."""
+    global _SSL_CONTEXT
+    with _SSL_LOCK:
+        if _SSL_CONTEXT is None:
+            _SSL_CONTEXT = httpx.create_ssl_context(verify=True, trust_env=False)
+        return _SSL_CONTEXT
+
+
+class GuardedBackend(httpcore.AsyncNetworkBackend):
+    def __init__(
+        self,
+        guard: NetGuard,
+        inner: httpcore.AsyncNetworkBackend | None = None,
+        on_connect: Callable[[str, IPAddress, int], None] | None = None,
+    ) -> None:
+        self.guard = guard
+        self.inner = inner or httpcore.AnyIOBackend()
+        self.on_connect = on_connect
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        addresses = await self.guard.addresses(host, port)
+        error: Exception | None = None
+        for ip in addresses:  # every one of them was verified; try them in the resolver's order
+            if self.on_connect is not None:
+                self.on_connect(host, ip, port)
+            try:
+                return await self.inner.connect_tcp(str(ip), port, timeout, local_address, socket_options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                error = exc
+        assert error is not None
+        raise error
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("unix sockets are not reachable through the safe transport")
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
+
+
+class GuardedTransport(httpx.AsyncHTTPTransport):
+    def __init__(self, backend: GuardedBackend, *, max_connections: int = 8) -> None:
+        super().__init__(verify=ssl_context(), trust_env=False)
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=ssl_context(),
+            max_connections=max_connections,
+            max_keepalive_connections=max_connections,
+            keepalive_expiry=5.0,
+            network_backend=backend,
+        )
+        self.backend = backend
+
+
+class RefusingBackend(httpcore.AsyncNetworkBackend):
+    """For tests: records where the guard would have connected and never opens a socket."""
+
+    def __init__(self) -> None:
+        self.attempts: list[tuple[str, int]] = []
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        self.attempts.append((host, port))
+        raise httpcore.ConnectError(f"test backend: no connection to {host}:{port} is ever opened")
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("no unix sockets")
+
+    async def sleep(self, seconds: float) -> None:
+        import anyio
+
+        await anyio.sleep(seconds)
