@@ -180,7 +180,7 @@ class Kernel:
             return inv.args
         except CONTAINED as exc:
             err = self._typed(inv, exc)
-            self._emit("tool_start", inv, label, {"args": _bounded_args(args), "depth": 0})
+            self._emit("tool_start", inv, label, {"args": _event_args(spec, args), "depth": 0})
             return self._release(
                 inv, spec, ToolResult.failure(name, err), Lifecycle(), _terminal_for(err), label, t0
             )
@@ -254,7 +254,8 @@ class Kernel:
             "parent_call_id": inv.parent_call_id,
             "started_ms": self.clock.now_ms(),
         }
-        self._emit("tool_start", inv, label, {"args": _bounded_args(inv.args), "depth": inv.depth})
+        shown = _event_args(self.registry.get(inv.name), inv.args)
+        self._emit("tool_start", inv, label, {"args": shown, "depth": inv.depth})
         spec: ToolSpec | None = None
         try:
             spec = inv.scope.resolve(inv.name)
@@ -687,6 +688,16 @@ def _check_depth(args: Any) -> None:
         raise InvalidArgument(
             f"$: arguments are nested more than {MAX_ARGS_DEPTH} levels deep (or hold too many objects)"
         )
+
+
+def _event_args(spec: ToolSpec | None, args: Any) -> Any:
+    """The arguments as events show them: the tool's ``event_args`` redaction, then bounded."""
+    if spec is not None and spec.event_args is not None:
+        try:
+            args = spec.event_args(args)
+        except Exception:  # a redaction that fails must not leak the original
+            args = {"redacted": True}
+    return _bounded_args(args)
 
 
 def _bounded_args(args: Any) -> Any:

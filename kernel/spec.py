@@ -78,6 +78,10 @@ class ToolSpec:
     trust: str = "workspace_data"
     examples: tuple[dict[str, Any], ...] = ()
     builtin: bool = field(default=False)
+    # How the call's arguments appear in session events (``tool_start``): a tool whose arguments
+    # may carry secrets (signed URLs for download/web_fetch) shows a redacted copy. The tool itself
+    # always receives the real arguments.
+    event_args: Callable[[Any], Any] | None = None
 
     def __post_init__(self) -> None:
         if not TOOL_NAME_RE.match(self.name):

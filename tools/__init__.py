@@ -2,7 +2,7 @@
 
 ``builtin_tools(capabilities)`` keeps the workspace-gated tools whose ``requires`` the workspace
 declares (REFERENCE §2: ``read`` → read/ls; ``write`` → write; ``read``+``write`` → edit/patch;
-``exec`` → bash; ``git`` → git; so no ``write``/``edit``/``patch``/``bash`` on a read-only git tree),
+``exec`` → bash; ``git`` → git; ``write``+``local`` → download; so no ``write``/``edit``/``patch``/``bash`` on a read-only git tree),
 then the runtime built-ins every session gets. No import-time registration, no module scanning.
 """
 
@@ -13,15 +13,17 @@ from typing import Any
 from kernel.spec import ToolSpec
 from tools import batch, edit, ls, read, write
 from tools.bash import TOOL as BASH
+from tools.download import TOOL as DOWNLOAD
 from tools.git import TOOL as GIT
 from tools.patch import TOOL as PATCH
 from tools.search import build_search_tool
 from tools.search.retrieval import retrieval_runners
+from tools.web_fetch import TOOL as WEB_FETCH
 
 # Workspace-gated built-ins: registered only when the workspace has every capability in `requires`.
-WORKSPACE_TOOLS: list[ToolSpec] = [read.TOOL, ls.TOOL, write.TOOL, edit.TOOL, PATCH, BASH, GIT]
+WORKSPACE_TOOLS: list[ToolSpec] = [read.TOOL, ls.TOOL, write.TOOL, edit.TOOL, PATCH, BASH, GIT, DOWNLOAD]
 # Runtime built-ins: every session.
-RUNTIME_TOOLS: list[ToolSpec] = [batch.TOOL]
+RUNTIME_TOOLS: list[ToolSpec] = [batch.TOOL, WEB_FETCH]
 ALL_TOOLS: list[ToolSpec] = [*WORKSPACE_TOOLS, *RUNTIME_TOOLS]  # + the per-session `search`
 
 

@@ -25,6 +25,7 @@ import httpx
 
 from tools.net.addresses import IPAddress
 from tools.net.guard import NetGuard
+from tools.net.sockets import SocketBackend
 
 _SSL_CONTEXT: ssl.SSLContext | None = None
 _SSL_LOCK = threading.Lock()
@@ -47,7 +48,7 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         on_connect: Callable[[str, IPAddress, int], None] | None = None,
     ) -> None:
         self.guard = guard
-        self.inner = inner or httpcore.AnyIOBackend()
+        self.inner = inner or SocketBackend()
         self.on_connect = on_connect
 
     async def connect_tcp(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 import httpx
@@ -111,3 +112,14 @@ def anchor_of(raw: str) -> str:
         return SafeUrl(httpx.URL(raw.strip())).anchor
     except (httpx.InvalidURL, ValueError, TypeError, UnicodeDecodeError):
         return "(invalid url)"
+
+
+def redact_url_arg(args: Any) -> Any:
+    """``event_args`` for tools taking a ``url``: the URL's anchor, with ``?…`` if it had a query."""
+    if not isinstance(args, dict) or not isinstance(args.get("url"), str):
+        return args
+    raw = args["url"]
+    shown = anchor_of(raw)
+    if "?" in raw or "#" in raw or "@" in raw:
+        shown += "?…" if "?" in raw else ""
+    return {**args, "url": shown}
