@@ -149,11 +149,17 @@ class SessionCore:
 
 def process_services(settings: Any, state_store: Any) -> dict[str, Any]:
     """Runtimes every session of a process gets unless its options name their own (issue 12):
-    ``net`` — the safe transport (A3S_NET_ALLOW and the proxies of *this* process's environment) —
-    and ``state_store`` — breakers, bulkheads, coalescing (in memory embedded, Redis on a fleet)."""
+    ``net`` — the safe transport (A3S_NET_ALLOW and the proxies of *this* process's environment) —,
+    ``state_store`` — breakers, bulkheads, coalescing (in memory embedded, Redis on a fleet) — and
+    ``web_search`` — engine URLs and API keys (keys stay in this process: never in a snapshot)."""
     from tools.net import NetRuntime
+    from tools.web_search.config import SearchConfig
 
-    return {"net": NetRuntime.from_settings(settings, os.environ), "state_store": state_store}
+    return {
+        "net": NetRuntime.from_settings(settings, os.environ),
+        "state_store": state_store,
+        "web_search": SearchConfig.from_settings(settings),
+    }
 
 
 class SessionFactory:

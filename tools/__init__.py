@@ -19,11 +19,12 @@ from tools.patch import TOOL as PATCH
 from tools.search import build_search_tool
 from tools.search.retrieval import retrieval_runners
 from tools.web_fetch import TOOL as WEB_FETCH
+from tools.web_search import TOOL as WEB_SEARCH
 
 # Workspace-gated built-ins: registered only when the workspace has every capability in `requires`.
 WORKSPACE_TOOLS: list[ToolSpec] = [read.TOOL, ls.TOOL, write.TOOL, edit.TOOL, PATCH, BASH, GIT, DOWNLOAD]
 # Runtime built-ins: every session.
-RUNTIME_TOOLS: list[ToolSpec] = [batch.TOOL, WEB_FETCH]
+RUNTIME_TOOLS: list[ToolSpec] = [batch.TOOL, WEB_FETCH, WEB_SEARCH]
 ALL_TOOLS: list[ToolSpec] = [*WORKSPACE_TOOLS, *RUNTIME_TOOLS]  # + the per-session `search`
 
 

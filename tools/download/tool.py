@@ -137,6 +137,7 @@ class _Run:
             self.stage.check_target(params.overwrite)
         self.expected = params.expected_sha256.lower() if params.expected_sha256 else None
         self.probe: Probe | None = None
+        self.transfer: Transfer | None = None
         self.connections = 1
         self.notices: list[str] = []
         self._last_tick = ctx.clock.monotonic()
@@ -162,8 +163,9 @@ class _Run:
             self.stage.check_target(self.params.overwrite)
         if self.stage.temp_name is None:
             self.stage.create_temp()
-        self.transfer.stage = self.stage
-        self.transfer.restart_from_zero()
+        assert self.transfer is not None
+        self.transfer.attach(self.stage)
+        await self.transfer.restart_from_zero()
         self.progress.total = probe.total
         can_split = probe.range_supported and probe.validator is not None and probe.total
         self.connections = useful_connections(self.params.connections, probe.total or 0) if can_split else 1
@@ -175,7 +177,7 @@ class _Run:
             timeout=httpx.Timeout(30.0, read=60.0),
             max_connections=MAX_CONNECTIONS + 1,
         )
-        self.transfer = Transfer(
+        transfer = self.transfer = Transfer(
             http,
             self.url,
             self.stage,
@@ -185,26 +187,30 @@ class _Run:
             remaining_s=self.ctx.remaining_s,
             want_digest=self.expected is not None,
         )
+        if self.stage is not None:
+            transfer.attach(self.stage)
         async with http:
-            strategy, streamed = await self.transfer.probe_and_maybe_stream(self.on_probe)
+            strategy, streamed = await transfer.probe_and_maybe_stream(self.on_probe)
             probe, stage = self.probe, self.stage
             assert probe is not None and stage is not None
             hashed_inline = True
             if strategy == "parallel":
                 assert probe.total is not None and probe.validator is not None
                 try:
-                    await self.transfer.parallel(probe.total, probe.validator, self.connections)
+                    await transfer.parallel(probe.total, probe.validator, self.connections)
                     strategy, hashed_inline = "parallel_range", False
                 except UnsafeRange as exc:
                     self.notices.append(
                         f"parallel Range download abandoned ({exc}); fell back to one response"
                     )
                     self.connections = 1
-                    self.transfer.restart_from_zero()
-                    await self.transfer.sequential(False, None)
+                    await transfer.restart_from_zero()
+                    await transfer.sequential(False, None)
                     strategy = "sequential_fallback"
             elif not streamed:
-                await self.transfer.sequential(probe.range_supported, probe.validator)
+                await transfer.sequential(probe.range_supported, probe.validator)
+            assert transfer.writer is not None
+            await transfer.writer.drain()
         size = self.progress.done
         if probe.total is not None and probe.status != 416 and size != probe.total:
             raise ToolError(f"download: expected {probe.total} bytes from {self.url.anchor}, got {size}")
@@ -219,9 +225,9 @@ class _Run:
             "connections": self.connections,
             "range_supported": probe.range_supported,
             "overwritten": overwritten,
-            "source_anchors": [self.url.anchor, self.transfer.final.anchor],
+            "source_anchors": [self.url.anchor, transfer.final.anchor],
             "redirects": len(probe.chain) - 1,
-            "requests": self.transfer.requests,
+            "requests": transfer.requests,
         }
         if verified is not None:
             meta["sha256"] = verified
@@ -234,8 +240,9 @@ class _Run:
     async def _verify(self, stage: Staging, size: int, hashed_inline: bool) -> str | None:
         if self.expected is None:
             return None
-        if hashed_inline and self.transfer.hasher is not None:
-            actual = str(self.transfer.hasher.hexdigest())
+        hasher = self.transfer.hasher if self.transfer is not None else None
+        if hashed_inline and hasher is not None:
+            actual = str(hasher.hexdigest())
         else:
             stop = threading.Event()
             try:
@@ -270,6 +277,8 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
             duration_ms=elapsed,
         ) from None
     finally:
+        if job.transfer is not None:
+            job.transfer.close()  # waits for the chunk being written: no write outlives the fd
         if job.stage is not None:
             job.stage.discard()
 

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import re
 from collections.abc import Awaitable, Callable
@@ -31,6 +32,7 @@ import httpx
 
 from kernel.errors import InvalidArgument, RateLimited, ToolError, Transport
 from tools.download.staging import Staging
+from tools.download.writer import Writer
 from tools.net import Fetched, SafeHttp, SafeUrl, map_http_error, status_error
 
 OP = "download"
@@ -112,6 +114,19 @@ class Transfer:
         self.hasher: Any = hashlib.sha256() if want_digest else None
         self.final: SafeUrl = url
         self.requests = 0
+        self.writer: Writer | None = None
+
+    def attach(self, stage: Staging) -> None:
+        """Stage the bytes into ``stage`` (through a background writer thread)."""
+        if self.stage is not stage or self.writer is None:
+            if self.writer is not None:
+                self.writer.close()
+            self.stage = stage
+            self.writer = Writer(stage)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
 
     # ---- requests with bounded retries ----------------------------------------------------
 
@@ -202,7 +217,7 @@ class Transfer:
             if resume:
                 headers.update({"Range": f"bytes={position}-", "If-Range": str(validator)})
             elif position:
-                self.restart_from_zero()
+                await self.restart_from_zero()
                 position = 0
             try:
                 async with self.http.open(self.url, headers=headers, op=OP) as got:
@@ -214,7 +229,7 @@ class Transfer:
                         if parsed is None or parsed[0] != position:
                             raise UnsafeRange("resumed response does not start where the file ends")
                     elif position:
-                        self.restart_from_zero()
+                        await self.restart_from_zero()
                         position = 0
                     self._check_declared(got)
                     await self._consume(got, position, None)
@@ -233,8 +248,11 @@ class Transfer:
         wait_ms = exc.data.get("retry_after_ms") or 0
         return wait_ms / 1000 <= min(MAX_RETRY_WAIT_S, self.remaining_s())
 
-    def restart_from_zero(self) -> None:
-        """Empty the temp file, the byte count and the running digest."""
+    async def restart_from_zero(self) -> None:
+        """Empty the temp file, the byte count and the running digest (after pending writes)."""
+        if self.writer is not None:
+            with contextlib.suppress(Exception):
+                await self.writer.drain()
         if self.stage is not None and self.stage.fd >= 0:
             self.stage.reset()
         self.progress.done = 0
@@ -248,7 +266,7 @@ class Transfer:
 
         ``written`` (a one-item counter) keeps the bytes already on disk when the stream breaks.
         """
-        assert self.stage is not None
+        assert self.stage is not None and self.writer is not None
         count = written if written is not None else [0]
         start = count[0]
         try:
@@ -260,9 +278,7 @@ class Transfer:
                     raise InvalidArgument(
                         f"{got.url.anchor} sent more than max_bytes={self.max_bytes}; download stopped"
                     )
-                self.stage.write_at(chunk, offset + done)
-                if self.hasher is not None:
-                    self.hasher.update(chunk)
+                await self.writer.write(chunk, offset + done, self.hasher)
                 count[0] += len(chunk)
                 self.progress.add(len(chunk))
         except (httpx.HTTPError, httpx.StreamError) as exc:

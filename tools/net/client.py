@@ -188,9 +188,13 @@ class SafeHttp:
         json: Any = None,
         max_redirects: int = MAX_REDIRECTS,
         redirects_used: int = 0,
+        follow_redirects: bool = True,
         op: str = "http",
     ) -> AsyncIterator[Fetched]:
-        """Send ``method`` to ``url`` following redirects by hand; yields the final open response."""
+        """Send ``method`` to ``url`` following redirects by hand; yields the final open response.
+
+        ``follow_redirects=False`` yields a 3xx as it is (the browser tier hands it to Chromium,
+        whose next request is intercepted and checked again)."""
         chain = [url]
         current = url
         send_headers = {k.lower(): v for k, v in (headers or {}).items()}
@@ -206,7 +210,7 @@ class SafeHttp:
             except (httpx.HTTPError, httpx.StreamError, httpx.InvalidURL, httpcore.ConnectError) as exc:
                 raise map_http_error(exc, op, current.anchor, str(current.url)) from None
             location = response.headers.get("location")
-            if response.status_code not in REDIRECT_STATUSES or not location:
+            if not follow_redirects or response.status_code not in REDIRECT_STATUSES or not location:
                 break
             await response.aclose()
             if used >= max_redirects:

@@ -1,0 +1,406 @@
+"""``web_search`` against loopback result pages (SPEC W-1…W-5, F-4; REFERENCE 4.10).
+
+Engine URL templates are settings, so every engine here is a route on a loopback server the test
+started; the browser tier renders a loopback page in Debian's Chromium.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+
+from kernel.options import SessionOptions
+from tests.tools import search_pages as P
+from tests.tools.netserver import LoopbackServer, send, static
+from tools.web_search.config import DEFAULT_ENGINE_URLS, SearchConfig
+from tools.web_search.gate import Requirements, evaluate, query_match
+from tools.web_search.parsers import parse_baidu, parse_google
+from tools.web_search.results import Row, clean_url
+
+HTML = "text/html; charset=utf-8"
+HTTP_ENGINES = ("ddg", "brave", "bing", "wiki", "bing_rss")
+
+
+@pytest.fixture()
+def server():
+    srv = LoopbackServer()
+    yield srv
+    srv.close()
+
+
+def config_for(srv: LoopbackServer, **extra: str) -> SearchConfig:
+    urls = dict(DEFAULT_ENGINE_URLS)
+    for name in (
+        "ddg",
+        "brave",
+        "bing",
+        "wiki",
+        "bing_rss",
+        "google",
+        "baidu",
+        "bing_browser",
+        "brave_browser",
+    ):
+        urls[name] = srv.url(f"/{name}?q={{query}}&n={{limit}}")
+    urls.update(extra)
+    return SearchConfig(urls=urls, searxng_url=srv.url("/sx"))
+
+
+def session(agent, tmp_path, srv, **opts):
+    cfg = opts.pop("config", None) or config_for(srv)
+    services = {"web_search": cfg, **opts.pop("services", {})}
+    return agent.session(tmp_path, SessionOptions(net_allow=("127.0.0.1",), services=services, **opts))
+
+
+def serve_all(srv: LoopbackServer, results=P.RESULTS) -> None:
+    srv.route("/ddg", static(200, P.ddg_page(results), content_type=HTML))
+    srv.route("/brave", static(200, P.brave_page(results), content_type=HTML))
+    srv.route("/bing", static(200, P.bing_page(results), content_type=HTML))
+    srv.route("/wiki", static(200, P.wiki_page(results), content_type=HTML))
+    srv.route("/bing_rss", static(200, P.rss_feed(results), content_type="application/rss+xml"))
+    srv.route("/sx/search", static(200, P.searxng_json(results), content_type="application/json"))
+
+
+def urls_of(res) -> list[str]:
+    return [row["url"] for row in json.loads(res.output)]
+
+
+def test_w1_searxng_shaped_endpoint(agent, tmp_path, server) -> None:
+    serve_all(server)
+    s = session(agent, tmp_path, server)
+    res = s.tool("web_search", {"query": P.QUERY, "engines": ["searxng"], "format": "json", "limit": 5})
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)
+    assert [r["url"] for r in rows] == [u for _, u, _ in P.RESULTS[:5]]
+    assert rows[0]["engines"] == ["searxng"] and rows[0]["title"].startswith("Understanding Ownership")
+    assert set(rows[0]) == {"title", "url", "content", "engines", "score", "published_date"}
+    meta = res.metadata
+    assert meta["status"] == "complete" and meta["engine_selection_source"] == "request"
+    assert meta["selected_engines"] == ["searxng"] and meta["returned_result_count"] == 5
+    hit = server.hits("/sx/search")[0]
+    assert "format=json" in hit.path and "q=rust+ownership+borrowing+rules" in hit.path
+    for key in (
+        "retrieval_health",
+        "retrieval_requirements",
+        "search_tiers",
+        "engine_outcomes",
+        "search_metrics",
+        "search_coalescing",
+        "engine_errors",
+        "engine_failures",
+        "available_result_count",
+        "output_limited",
+        "source_anchors",
+        "notices",
+    ):
+        assert key in meta, key
+
+
+@pytest.mark.parametrize("engine", HTTP_ENGINES)
+def test_w1_each_http_engine_parses_its_served_page(agent, tmp_path, server, engine) -> None:
+    serve_all(server)
+    s = session(agent, tmp_path, server)
+    res = s.tool("web_search", {"query": P.QUERY, "engines": [engine], "format": "json"})
+    assert res.exit_code == 0, res.output
+    assert urls_of(res) == [u for _, u, _ in P.RESULTS]  # wrappers unwrapped, page chrome dropped
+    rows = json.loads(res.output)
+    assert all(r["content"] for r in rows) and all(r["engines"] == [engine] for r in rows)
+    if engine == "bing_rss":
+        assert rows[0]["published_date"] == "Mon, 01 Dec 2026 10:00:00 GMT"
+    assert len(server.hits(f"/{engine}")) == 1
+
+
+def test_w1_headless_engine_parsers_read_their_markup() -> None:
+    for parser, page in ((parse_google, P.google_page), (parse_baidu, P.baidu_page)):
+        parsed = parser(page(P.RESULTS).encode(), "https://engine.example/")
+        urls = [clean_url(href) for _, href, _, _ in parsed]
+        assert [u for u in urls if u] == [u for _, u, _ in P.RESULTS]
+        assert parsed[0][2].startswith("Ownership is Rust")
+
+
+def test_w1_navigation_and_non_http_links_are_dropped() -> None:
+    assert clean_url("https://www.google.com/search?q=x") is None
+    assert clean_url("https://duckduckgo.com/about") is None
+    assert clean_url("javascript:alert(1)") is None
+    assert (
+        clean_url("/url?q=https://x.example.com/a&sa=U", "https://www.google.com/search")
+        == "https://x.example.com/a"
+    )
+
+
+def test_w2_fails_closed_on_empty_results(agent, tmp_path, server) -> None:
+    server.route("/ddg", static(200, P.ddg_page([]), content_type=HTML))
+    s = session(agent, tmp_path, server)
+    res = s.tool("web_search", {"query": P.QUERY, "engines": ["ddg"]})
+    assert res.exit_code == 1
+    assert res.error_kind["type"] == "retrieval_requirements_not_met"
+    assert res.error_kind["retrieval_requirements"]["min_usable_results"] == 5
+    assert res.metadata["status"] == "failed"
+    assert res.metadata["engine_outcomes"][0]["kind"] == "empty"
+
+
+def test_w2_fails_closed_on_off_topic_results_with_the_envelope(agent, tmp_path, server) -> None:
+    serve_all(server, P.OFF_TOPIC)
+    s = session(agent, tmp_path, server)
+    res = s.tool("web_search", {"query": P.QUERY, "engines": ["ddg"], "format": "json"})
+    assert res.exit_code == 1 and res.error_kind["type"] == "retrieval_requirements_not_met"
+    envelope = json.loads(res.output)
+    assert envelope["status"] == "retrieval_requirements_not_met"
+    assert [r["url"] for r in envelope["results"]] == [u for _, u, _ in P.OFF_TOPIC]  # candidate rows
+    health, req = envelope["retrieval_health"], envelope["retrieval_requirements"]
+    assert health["usable_results"] == 5 and health["aligned_results"] == 0 and not health["met"]
+    assert req == {
+        "target": 5,
+        "min_usable_results": 5,
+        "min_unique_hosts": 3,
+        "min_contributing_engines": 1,
+        "min_aligned_results": 3,
+        "aligned_match": 0.35,
+        "min_mean_match": 0.3,
+    }
+    text = s.tool("web_search", {"query": P.QUERY, "engines": ["ddg"]})
+    assert text.exit_code == 1 and "Candidates (not verified as relevant)" in text.output
+
+
+def test_w1_the_gate_thresholds() -> None:
+    req = Requirements.for_limit(10)
+    assert (req.target, req.min_unique_hosts, req.min_aligned_results) == (5, 3, 3)
+    assert Requirements.for_limit(2).min_aligned_results == 1
+    rows = [Row(t, u, s, {"e"}) for t, u, s in P.RESULTS]
+    assert evaluate(rows, P.QUERY, req).met
+    same_host = [
+        Row(t, "https://one.example.com/" + str(i), s, {"e"}) for i, (t, _, s) in enumerate(P.RESULTS)
+    ]
+    assert not evaluate(same_host, P.QUERY, req).met  # one host only
+    assert query_match(P.QUERY, rows[0]) >= 0.35
+    assert query_match("所有权 借用 规则", rows[0]) < 0.35  # mixed scripts are penalised
+
+
+def test_w1_cascade_goes_to_the_next_tier_only_when_the_gate_is_missed(agent, tmp_path, server) -> None:
+    server.route("/ddg", static(200, P.ddg_page(P.OFF_TOPIC), content_type=HTML))
+    server.route("/sx/search", static(200, P.searxng_json(P.RESULTS), content_type="application/json"))
+    s = session(agent, tmp_path, server)
+    res = s.tool("web_search", {"query": P.QUERY, "engines": "ddg, searxng", "format": "json", "limit": 5})
+    assert res.exit_code == 0, res.output
+    tiers = res.metadata["search_tiers"]
+    assert [t["tier"] for t in tiers] == ["http", "api"] and [t["decision"] for t in tiers] == [
+        "continue",
+        "stop",
+    ]
+    assert res.metadata["engine_fallback"] == "structurally_gated_tiers"
+    assert res.metadata["search_fallback"]["attempted"] == ["http", "api"]
+    serve_all(server)  # now the http tier is enough: the api tier is never asked
+    before = len(server.hits("/sx/search"))
+    res = s.tool("web_search", {"query": P.QUERY + " guide", "engines": ["ddg", "searxng"]})
+    assert res.exit_code == 0 and [t["tier"] for t in res.metadata["search_tiers"]] == ["http"]
+    assert len(server.hits("/sx/search")) == before
+
+
+def test_w5_explicit_engines_run_only_their_tiers(agent, tmp_path, server) -> None:
+    serve_all(server)
+    s = session(agent, tmp_path, server)
+    res = s.tool("web_search", {"query": P.QUERY, "engines": ["searxng"]})
+    assert res.exit_code == 0
+    assert [h.path.split("?")[0] for h in server.hits()] == ["/sx/search"]
+
+
+def test_w1_partial_when_an_engine_errors_but_requirements_are_met(agent, tmp_path, server) -> None:
+    serve_all(server)
+    server.route("/bing", static(500, "boom"))
+    s = session(agent, tmp_path, server)
+    res = s.tool("web_search", {"query": P.QUERY, "engines": ["ddg", "bing"]})
+    assert res.exit_code == 0 and res.metadata["status"] == "partial"
+    assert res.metadata["engine_failures"] == [
+        {
+            "engine": "bing",
+            "provider": "bing",
+            "kind": "transport",
+            "transient": True,
+            "retry_after_seconds": None,
+        }
+    ]
+
+
+def test_w3_a_rate_limited_engines_breaker_skips_the_next_call(agent, tmp_path, server) -> None:
+    server.route("/ddg", static(429, "slow down", {"Retry-After": "120"}))
+    s = session(agent, tmp_path, server)
+    first = s.tool("web_search", {"query": P.QUERY, "engines": ["ddg"]})
+    assert first.exit_code == 1
+    assert first.error_kind == {"type": "rate_limited", "retry_after_ms": 120_000}
+    assert first.metadata["engine_outcomes"][0]["kind"] == "rate_limited"
+    second = s.tool("web_search", {"query": P.QUERY + " again", "engines": ["ddg"]})
+    assert second.exit_code == 1
+    outcome = second.metadata["engine_outcomes"][0]
+    assert outcome["kind"] == "circuit_open" and 0 < outcome["retry_after_seconds"] <= 120
+    assert len(server.hits("/ddg")) == 1  # the second call never reached the engine
+
+
+def test_w3_breakers_are_per_session_by_default(agent, tmp_path, server) -> None:
+    server.route("/ddg", static(429, "slow down", {"Retry-After": "120"}))
+    session(agent, tmp_path, server).tool("web_search", {"query": P.QUERY, "engines": ["ddg"]})
+    session(agent, tmp_path, server).tool("web_search", {"query": P.QUERY, "engines": ["ddg"]})
+    assert len(server.hits("/ddg")) == 2
+
+
+def test_f4_fleet_scope_breakers_on_redis_are_shared_by_sessions(agent, tmp_path, server, redis_urls) -> None:
+    """Two sessions (as two workers would be) share one Redis-backed breaker with fleet scope."""
+    import uuid
+
+    from workers.state import RedisStateStore
+
+    store = RedisStateStore.from_url(redis_urls(3), prefix=f"t-{uuid.uuid4().hex[:8]}")
+    server.route("/ddg", static(429, "slow down", {"Retry-After": "120"}))
+    opts = {"search_breaker_scope": "fleet", "services": {"state_store": store}}
+    a = session(agent, tmp_path, server, **opts)
+    b = session(agent, tmp_path, server, **opts)
+    assert a.tool("web_search", {"query": P.QUERY, "engines": ["ddg"]}).error_kind["type"] == "rate_limited"
+    res = b.tool("web_search", {"query": P.QUERY + " other", "engines": ["ddg"]})
+    assert res.metadata["engine_outcomes"][0]["kind"] == "circuit_open"
+    assert len(server.hits("/ddg")) == 1
+    store.client.close()
+
+
+def test_w5_all_engines_timing_out_is_a_timeout(agent, tmp_path, server) -> None:
+    def hang(h):
+        time.sleep(6)
+
+    server.route("/ddg", hang)
+    server.route("/bing", hang)
+    s = session(agent, tmp_path, server)
+    res = s.tool("web_search", {"query": P.QUERY, "engines": ["ddg", "bing"], "timeout": 1})
+    assert res.exit_code == 1 and res.error_kind["type"] == "timeout" and res.error_kind["op"] == "web_search"
+
+
+def test_w4_identical_concurrent_searches_are_coalesced(agent, tmp_path, server) -> None:
+    release = threading.Event()
+    page = P.ddg_page(P.RESULTS)
+
+    def slow(h):
+        release.wait(20)
+        send(h, 200, page.encode(), content_type=HTML)
+
+    server.route("/ddg", slow)
+    s = session(agent, tmp_path, server)
+    args = {"query": P.QUERY, "engines": ["ddg"], "timeout": 30}
+    first = s.tool_async("web_search", args)
+    deadline = time.monotonic() + 20
+    while not server.hits("/ddg") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    second = s.tool_async("web_search", args)
+    time.sleep(0.3)  # let the follower join the flight (any later join would still be correct)
+    release.set()
+    results = [first.result(30), second.result(30)]  # type: ignore[attr-defined]
+    roles = sorted(r.metadata["search_coalescing"]["role"] for r in results)
+    assert all(r.exit_code == 0 for r in results)
+    assert len(server.hits("/ddg")) == 1 and roles == ["leader", "shared"]
+    assert results[0].output == results[1].output
+
+
+def test_w4_the_search_bulkhead_bounds_concurrent_searches(agent, tmp_path, server) -> None:
+    lock = threading.Lock()
+    state = {"now": 0, "max": 0}
+    page = P.ddg_page(P.RESULTS).encode()
+
+    def counted(h):
+        with lock:
+            state["now"] += 1
+            state["max"] = max(state["max"], state["now"])
+        time.sleep(0.2)
+        with lock:
+            state["now"] -= 1
+        send(h, 200, page, content_type=HTML)
+
+    server.route("/ddg", counted)
+    cfg = replace(config_for(server), max_concurrent=1)
+    s = session(agent, tmp_path, server, config=cfg)
+    futures = [
+        s.tool_async("web_search", {"query": f"{P.QUERY} {i}", "engines": ["ddg"], "timeout": 30})
+        for i in range(3)
+    ]
+    assert all(f.result(60).exit_code == 0 for f in futures)  # type: ignore[attr-defined]
+    assert len(server.hits("/ddg")) == 3 and state["max"] == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ({"query": "x", "engine": "ddg"}, "did you mean 'engines'"),
+        ({"query": "   "}, "blank"),
+        ({"query": "x", "engines": ["nope"]}, "unknown search engine"),
+        ({"query": "x", "proxy": "ftp://p:1"}, "proxy"),
+        ({"query": "x", "proxy": "http://noport"}, "port"),
+        ({"query": "x", "full_text_bytes": 1024}, "format='json'"),
+        ({"query": "x", "limit": 51}, "limit"),
+        ({"query": "x", "timeout": 61}, "timeout"),
+    ],
+)
+def test_w5_invalid_arguments_are_typed(agent, tmp_path, server, args, needle) -> None:
+    s = session(agent, tmp_path, server)
+    res = s.tool("web_search", args)
+    assert res.exit_code == 1 and res.error_kind["type"] == "invalid_argument" and needle in res.output
+    assert server.hits() == []
+
+
+def test_w1_urls_in_the_query_are_reduced_to_anchors(agent, tmp_path, server) -> None:
+    serve_all(server)
+    s = session(agent, tmp_path, server)
+    s.tool(
+        "web_search",
+        {
+            "query": "rust ownership https://user:pw@doc.example.com/a?token=SECRET#f borrowing rules",
+            "engines": ["ddg"],
+        },
+    )
+    sent = server.hits("/ddg")[0].path
+    assert "SECRET" not in sent and "user" not in sent and "doc.example.com" in sent
+
+
+def test_w1_full_text_of_returned_pages(agent, tmp_path, server) -> None:
+    pages = []
+    for i in range(5):
+        path = f"/page{i}"
+        body = (
+            f"<html><head><title>Rust ownership {i}</title></head><body><main><p>Rust ownership borrowing rules, page {i}. "
+            + "Long text. " * 50
+            + "</p></main></body></html>"
+        )
+        server.route(path, static(200, body, content_type=HTML))
+        host = ("127.0.0.1", "localhost", "docs.localhost")[i % 3]  # three loopback hosts
+        pages.append(
+            (
+                f"Rust ownership borrowing rules part {i}",
+                server.url(path, host=host),
+                "Rust ownership and borrowing rules explained.",
+            )
+        )
+    server.route("/sx/search", static(200, P.searxng_json(pages), content_type="application/json"))
+    s = session(agent, tmp_path, server)
+    res = s.tool(
+        "web_search",
+        {"query": P.QUERY, "engines": ["searxng"], "format": "json", "limit": 5, "full_text_bytes": 600},
+    )
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)
+    assert rows and all(
+        len(r["full_text"].encode()) <= 600 and "Rust ownership borrowing rules, page" in r["full_text"]
+        for r in rows
+    )
+
+
+def test_d3_engine_endpoints_pass_the_guard_too(agent, tmp_path, server) -> None:
+    serve_all(server)
+    cfg = config_for(server)
+    s = agent.session(tmp_path, SessionOptions(services={"web_search": cfg}))  # guard closed
+    res = s.tool("web_search", {"query": P.QUERY, "engines": ["ddg"]})
+    assert res.exit_code == 1 and server.hits() == []
+    assert "SSRF guard" in res.metadata["engine_errors"][0]["message"]
+
+
+def test_s2_web_search_is_registered_with_a_visible_schema(agent, tmp_path) -> None:
+    s = agent.session(tmp_path)
+    schema = next(d for d in s.tool_definitions() if d["name"] == "web_search")["parameters"]
+    assert schema["required"] == ["query"] and schema["additionalProperties"] is False

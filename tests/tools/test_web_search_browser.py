@@ -1,0 +1,133 @@
+"""The headless tier in a real Chromium (Debian's /usr/bin/chromium via Playwright) (SPEC W-1, W-4, D-3).
+
+Every test ends by checking that no process of any ``a3s-chromium-*`` pool is left: closing,
+cancelling and timing out all leave nothing behind. The browser reaches the loopback pages only
+through the safe transport; Chromium itself resolves and connects to nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from kernel.options import SessionOptions
+from tests.tools import search_pages as P
+from tests.tools.netserver import LoopbackServer, static
+from tests.tools.test_web_search import config_for, session
+from tools.web_search.browser import MARKER_PREFIX
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/chromium"), reason="needs Debian's chromium")
+HTML = "text/html; charset=utf-8"
+
+
+def pool_processes() -> list[str]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if MARKER_PREFIX in cmd and "pytest" not in cmd:
+            found.append(f"{entry}: {cmd[:120]}")
+    return found
+
+
+def wait_gone(deadline_s: float = 10.0) -> list[str]:
+    """Processes still alive once the call returned (killed ones may take a moment to be reaped)."""
+    end = time.monotonic() + deadline_s
+    left = pool_processes()
+    while left and time.monotonic() < end:
+        time.sleep(0.1)
+        left = pool_processes()
+    return left
+
+
+@pytest.fixture()
+def server():
+    srv = LoopbackServer()
+    yield srv
+    srv.close()
+
+
+def test_w1_browser_tier_renders_a_served_page(agent, tmp_path, server) -> None:
+    outside = LoopbackServer("127.0.0.2")
+    try:
+        outside.route("/beacon", static(200, "x"))
+        page = P.js_rendered_bing_page(P.RESULTS).replace(
+            "</body>",
+            f"<img src='{outside.url('/beacon')}'><script>fetch('{outside.url('/beacon')}').catch(() => 0);"
+            f"new WebSocket('ws://127.0.0.1:{server.port}/ws');</script></body>",
+        )
+        server.route("/bing_browser", static(200, page, content_type=HTML))
+        s = session(agent, tmp_path, server)
+        res = s.tool(
+            "web_search", {"query": P.QUERY, "engines": ["bing_browser"], "timeout": 60, "format": "json"}
+        )
+        assert res.exit_code == 0, res.output
+        assert res.metadata["browser_launched"] is True
+        assert [r["url"] for r in __import__("json").loads(res.output)] == [u for _, u, _ in P.RESULTS]
+        assert res.metadata["search_tiers"][0]["tier"] == "headless"
+        # Only the page itself was fetched (through the safe transport); nothing else got out.
+        assert [h.path.split("?")[0] for h in server.hits()] == ["/bing_browser"]
+        assert outside.hits() == []
+    finally:
+        outside.close()
+    assert wait_gone() == []
+
+
+def test_d3_the_browser_tier_obeys_the_guard(agent, tmp_path, server) -> None:
+    server.route("/bing_browser", static(200, P.bing_page(P.RESULTS), content_type=HTML))
+    s = agent.session(tmp_path, SessionOptions(services={"web_search": config_for(server)}))  # guard closed
+    res = s.tool("web_search", {"query": P.QUERY, "engines": ["bing_browser"], "timeout": 60})
+    assert res.exit_code == 1
+    assert server.hits() == []
+    assert wait_gone() == []
+
+
+def test_w1_no_browser_is_launched_unless_a_headless_engine_runs(agent, tmp_path, server) -> None:
+    server.route("/ddg", static(200, P.ddg_page(P.RESULTS), content_type=HTML))
+    s = session(agent, tmp_path, server)
+    res = s.tool("web_search", {"query": P.QUERY, "engines": ["ddg"]})
+    assert res.exit_code == 0 and res.metadata["browser_launched"] is False
+
+
+def _hanging(started: threading.Event):
+    def handler(h):
+        started.set()
+        time.sleep(30)
+
+    return handler
+
+
+def test_w4_no_orphan_chromium_after_a_cancel(agent, tmp_path, server) -> None:
+    started = threading.Event()
+    server.route("/bing_browser", _hanging(started))
+    s = session(agent, tmp_path, server)
+    fut = s.tool_async("web_search", {"query": P.QUERY, "engines": ["bing_browser"], "timeout": 60})
+    assert started.wait(60), "the browser never asked for the page"
+    assert pool_processes(), "chromium should be running while the page loads"
+    fut.cancel()  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 30
+    while s.active_tools() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert s.active_tools() == []
+    assert wait_gone() == []
+    assert not [
+        p for p in os.listdir("/tmp") if p.startswith(MARKER_PREFIX) and os.path.isdir(f"/tmp/{p}/profile")
+    ]
+
+
+def test_w4_no_orphan_chromium_after_a_timeout(agent, tmp_path, server) -> None:
+    started = threading.Event()
+    server.route("/bing_browser", _hanging(started))
+    s = session(agent, tmp_path, server)
+    res = s.tool("web_search", {"query": P.QUERY, "engines": ["bing_browser"], "timeout": 25})
+    assert res.exit_code == 1 and res.error_kind["type"] == "timeout"
+    assert started.is_set()
+    assert wait_gone() == []

@@ -1,0 +1,47 @@
+"""Disk writes off the event loop, overlapping the network (SPEC D-4; ``bench/network.py``).
+
+Received chunks are handed to one background thread that ``pwrite``s them at their offsets and
+feeds the running SHA-256, in submission order (one thread, FIFO), while the event loop goes back
+to the socket. At most ``MAX_PENDING`` chunks are in flight (back-pressure: the reader waits for
+the oldest write). A write error surfaces on the next ``write`` or on ``drain``. ``close`` waits
+for the thread to finish its current chunk — the file descriptor is only closed after that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from tools.download.staging import Staging
+
+MAX_PENDING = 8
+
+
+class Writer:
+    def __init__(self, stage: Staging) -> None:
+        self.stage = stage
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="a3s-download-write")
+        self._pending: deque[asyncio.Future[None]] = deque()
+
+    def _write(self, chunk: bytes, offset: int, hasher: Any) -> None:
+        self.stage.write_at(chunk, offset)
+        if hasher is not None:
+            hasher.update(chunk)  # hashlib releases the GIL on large buffers
+
+    async def write(self, chunk: bytes, offset: int, hasher: Any = None) -> None:
+        while len(self._pending) >= MAX_PENDING:
+            await self._pending.popleft()
+        loop = asyncio.get_running_loop()
+        self._pending.append(loop.run_in_executor(self._pool, self._write, chunk, offset, hasher))
+
+    async def drain(self) -> None:
+        """Wait for every submitted chunk to be written (raising the first write error)."""
+        while self._pending:
+            await self._pending.popleft()
+
+    def close(self) -> None:
+        """Stop accepting work and wait for the chunk being written (never leaves a write running)."""
+        self._pending.clear()
+        self._pool.shutdown(wait=True, cancel_futures=True)

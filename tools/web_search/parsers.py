@@ -1,0 +1,207 @@
+"""Result-page parsers, one per engine shape (SPEC W-1; REFERENCE 4.10 engine list).
+
+Each parser turns a page (or a feed, or an API's JSON) into ``(title, url, snippet, published)``
+tuples in page order. HTML pages are parsed with lxml using the engines' public result markup:
+
+- DuckDuckGo HTML (``div.result``, ``a.result__a``, ``.result__snippet``; links wrapped in ``uddg=``)
+- Brave (``div[data-type=web]``: first link, ``.title``, ``.snippet-description``/``.description``)
+- Bing (``li.b_algo``: ``h2 a``, ``.b_caption p``; links may be ``/ck/a?u=a1<base64>`` wrappers)
+- Wikipedia search (``li.mw-search-result``: heading link, ``.searchresult``)
+- Google (``a`` containing ``h3``; snippet from the result block; ``/url?q=`` wrappers)
+- Baidu (``div.result``/``div.c-container``: ``h3 a``, ``.c-abstract``/``[class*=content]``)
+- RSS/Atom through ``feedparser``; SearXNG, Tavily and Brave Search API as JSON.
+
+Markup drifts; a parser that finds nothing reports an *empty* result, which the circuit breaker
+counts (three in a row open it) instead of failing the search.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qsl
+
+import lxml.html
+from lxml import etree
+
+from tools.web_search.results import tidy
+
+Parsed = list[tuple[str, str, str, str | None]]  # title, href, snippet, published
+Parser = Callable[[bytes, str], Parsed]
+
+
+def _doc(body: bytes, base: str) -> etree._Element | None:
+    try:
+        return lxml.html.document_fromstring(body, base_url=base)
+    except (etree.ParserError, ValueError):
+        return None
+
+
+def _text(node: etree._Element | None) -> str:
+    return tidy(node.text_content()) if node is not None else ""
+
+
+def _first(node: etree._Element, xpath: str) -> etree._Element | None:
+    found = node.xpath(xpath)
+    return found[0] if found else None
+
+
+def _cls(name: str) -> str:
+    return f"contains(concat(' ', normalize-space(@class), ' '), ' {name} ')"
+
+
+def parse_ddg(body: bytes, base: str) -> Parsed:
+    doc = _doc(body, base)
+    out: Parsed = []
+    if doc is None:
+        return out
+    for block in doc.xpath(f"//div[{_cls('result')}]"):
+        link = _first(block, f".//a[{_cls('result__a')}]")
+        if link is None:
+            continue
+        snippet = _first(block, f".//*[{_cls('result__snippet')}]")
+        out.append((_text(link), link.get("href", ""), _text(snippet), None))
+    return out
+
+
+def parse_brave(body: bytes, base: str) -> Parsed:
+    doc = _doc(body, base)
+    out: Parsed = []
+    if doc is None:
+        return out
+    for block in doc.xpath("//div[@data-type='web']"):
+        link = _first(block, ".//a[@href]")
+        if link is None:
+            continue
+        title = _first(block, f".//*[{_cls('title')} or {_cls('snippet-title')}]")
+        snippet = _first(
+            block,
+            f".//*[{_cls('snippet-description')} or {_cls('description')} or {_cls('snippet-content')}]",
+        )
+        out.append((_text(title) or _text(link), link.get("href", ""), _text(snippet), None))
+    return out
+
+
+def parse_bing(body: bytes, base: str) -> Parsed:
+    doc = _doc(body, base)
+    out: Parsed = []
+    if doc is None:
+        return out
+    for block in doc.xpath(f"//li[{_cls('b_algo')}]"):
+        link = _first(block, ".//h2//a[@href]")
+        if link is None:
+            continue
+        snippet = _first(block, f".//div[{_cls('b_caption')}]//p")
+        if snippet is None:
+            snippet = _first(block, ".//p")
+        out.append((_text(link), link.get("href", ""), _text(snippet), None))
+    return out
+
+
+def parse_wiki(body: bytes, base: str) -> Parsed:
+    doc = _doc(body, base)
+    out: Parsed = []
+    if doc is None:
+        return out
+    for block in doc.xpath(f"//li[{_cls('mw-search-result')}]"):
+        link = _first(block, f".//*[{_cls('mw-search-result-heading')}]//a[@href]")
+        if link is None:
+            continue
+        snippet = _first(block, f".//*[{_cls('searchresult')}]")
+        href = link.get("href", "")
+        out.append((_text(link), href, _text(snippet), None))
+    return out
+
+
+def parse_google(body: bytes, base: str) -> Parsed:
+    doc = _doc(body, base)
+    out: Parsed = []
+    if doc is None:
+        return out
+    for link in doc.xpath("//a[@href][.//h3]"):
+        title = _text(_first(link, ".//h3"))
+        block = _first(link, f"ancestor::div[{_cls('g')} or @data-hveid or {_cls('MjjYud')}][1]")
+        snippet = ""
+        if block is not None:
+            node = _first(block, f".//*[{_cls('VwiC3b')} or @data-sncf or {_cls('st')}]")
+            snippet = _text(node)
+            if not snippet:
+                snippet = _text(block).replace(title, "", 1).strip()
+        out.append((title, _google_target(link.get("href", "")), snippet, None))
+    return out
+
+
+def _google_target(href: str) -> str:
+    """Google wraps result links as a relative ``/url?q=<target>``: unwrap them on any host."""
+    if href.startswith("/url?"):
+        query = dict(parse_qsl(href[5:]))
+        return query.get("q") or query.get("url") or ""
+    return href
+
+
+def parse_baidu(body: bytes, base: str) -> Parsed:
+    doc = _doc(body, base)
+    out: Parsed = []
+    if doc is None:
+        return out
+    for block in doc.xpath(f"//div[{_cls('result')} or {_cls('c-container')}]"):
+        link = _first(block, ".//h3//a[@href]")
+        if link is None:
+            continue
+        snippet = _first(block, f".//*[{_cls('c-abstract')} or contains(@class, 'content-right')]")
+        out.append((_text(link), link.get("href", ""), _text(snippet), None))
+    return out
+
+
+def parse_feed(body: bytes, base: str) -> Parsed:
+    import feedparser  # imported on first use (module import is slow-ish)
+
+    feed = feedparser.parse(body)
+    out: Parsed = []
+    for entry in feed.entries:
+        summary = entry.get("summary", "") or ""
+        if "<" in summary:
+            parsed = _doc(summary.encode(), base)
+            summary = _text(parsed) if parsed is not None else summary
+        published = entry.get("published") or entry.get("updated")
+        out.append((tidy(entry.get("title", "")), entry.get("link", "") or "", tidy(summary), published))
+    return out
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def parse_searxng(body: bytes, base: str) -> Parsed:
+    data = _json(body)
+    rows = data.get("results", []) if isinstance(data, dict) else []
+    return [
+        (tidy(r.get("title")), str(r.get("url") or ""), tidy(r.get("content")), r.get("publishedDate"))
+        for r in rows
+        if isinstance(r, dict)
+    ]
+
+
+def parse_tavily(body: bytes, base: str) -> Parsed:
+    data = _json(body)
+    rows = data.get("results", []) if isinstance(data, dict) else []
+    return [
+        (tidy(r.get("title")), str(r.get("url") or ""), tidy(r.get("content")), r.get("published_date"))
+        for r in rows
+        if isinstance(r, dict)
+    ]
+
+
+def parse_brave_api(body: bytes, base: str) -> Parsed:
+    data = _json(body)
+    web = data.get("web", {}) if isinstance(data, dict) else {}
+    rows = web.get("results", []) if isinstance(web, dict) else []
+    return [
+        (tidy(r.get("title")), str(r.get("url") or ""), tidy(r.get("description")), r.get("page_age"))
+        for r in rows
+        if isinstance(r, dict)
+    ]
