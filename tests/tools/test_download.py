@@ -29,6 +29,11 @@ def server():
     srv.close()
 
 
+def user_files(root: Path) -> list[str]:
+    """What the workspace holds besides the session's own state directory."""
+    return sorted(p.name for p in root.iterdir() if p.name != ".a3s")
+
+
 def temp_files(root: Path) -> list[str]:
     return [str(p.relative_to(root)) for p in root.rglob(".a3s-download-*")]
 
@@ -196,7 +201,7 @@ def test_d2_bad_urls_are_rejected_before_any_request(agent, tmp_path, server, ba
     res = s.tool("download", {"url": bad.format(h=f"127.0.0.1:{server.port}")})
     assert res.exit_code == 1 and res.error_kind["type"] == "invalid_argument"
     assert server.hits() == []
-    assert list(tmp_path.iterdir()) == []
+    assert user_files(tmp_path) == []
 
 
 @pytest.mark.parametrize(
@@ -231,7 +236,7 @@ def test_d3_download_refuses_every_loopback_spelling_with_the_guard_closed(
     res = s.tool("download", {"url": f"http://{host}:{server.port}/f"})
     assert res.exit_code == 1 and res.error_kind["type"] == "invalid_argument", res.output
     assert server.hits() == []
-    assert list(tmp_path.iterdir()) == []
+    assert user_files(tmp_path) == []
 
 
 def test_d5_signed_query_parameters_never_reach_metadata_messages_or_events(agent, tmp_path, server) -> None:
@@ -306,7 +311,7 @@ def test_d4_server_errors_are_typed_and_retried_within_bounds(
     res = s.tool("download", {"url": server.url("/e"), "file_path": "e.bin"})
     assert res.exit_code == 1 and res.error_kind["type"] == kind
     assert len(server.hits("/e")) == attempts
-    assert list(tmp_path.iterdir()) == []
+    assert user_files(tmp_path) == []
 
 
 def test_d4_a_transient_failure_is_retried(agent, tmp_path, server) -> None:
@@ -344,3 +349,22 @@ def test_s3_download_is_registered_only_for_writable_local_workspaces(agent, tmp
 
     assert "download" in agent.session(tmp_path).tool_names()
     assert "download" not in agent.session(LocalWorkspace(tmp_path, writable=False)).tool_names()
+
+
+def test_b6_targets_stay_inside_the_workspace(agent, tmp_path, server) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "link").symlink_to(outside)
+    (ws / "inner").mkdir()
+    (ws / "alias").symlink_to("inner")
+    url = server.route("/f", Ranged(b"data"))
+    s = agent.session(ws, LOOP)
+    for bad in ("../outside/f.bin", "link/f.bin", "/etc/f.bin", ".a3s/f.bin"):
+        res = s.tool("download", {"url": url, "file_path": bad})
+        assert res.exit_code == 1 and res.error_kind["type"] == "path_outside_workspace", (bad, res.output)
+    assert user_files(outside) == [] and server.hits() == []
+    res = s.tool("download", {"url": url, "file_path": "alias/new/deep/f.bin"})
+    assert res.exit_code == 0 and res.metadata["file_path"] == "inner/new/deep/f.bin"
+    assert (ws / "inner" / "new" / "deep" / "f.bin").read_bytes() == b"data"

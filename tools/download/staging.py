@@ -2,13 +2,12 @@
 
 Invariants:
 
-- The target comes from the workspace resolver (``LocalWorkspace.resolve``): workspace-relative,
-  no escapes, symlinks followed only inside the root. Missing parent directories are created
-  inside the workspace, then the parent is resolved again and opened as a directory fd
-  (``O_DIRECTORY|O_NOFOLLOW``); ``/proc/self/fd`` must show that fd still inside the root. From
-  then on every operation — create the temp file, link, rename, unlink, fsync — is relative to
-  that fd, so swapping a path component for a symlink afterwards cannot redirect the write.
-  (When ``fsboundary``'s race-free workspace API lands, it replaces the resolve-then-open step.)
+- The target is resolved race-free beneath the workspace root (``kernel.beneath.Beneath``:
+  ``openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)`` or an ``O_NOFOLLOW`` walk that follows
+  symlinks only inside the root): the result is a verified descriptor of the target's directory.
+  Missing parent directories are created one by one below such descriptors. From then on every
+  operation — create the temp file, link, rename, unlink, fsync — is relative to that descriptor,
+  so swapping a path component for a symlink cannot redirect the write.
 - The temp file is ``.a3s-download-<random>.part`` beside the target, created ``O_EXCL`` and
   ``O_NOFOLLOW`` with mode 0644. ``discard()`` removes it; it is called on every failure path
   (cancel, timeout, over-limit, digest mismatch, server or transport errors).
@@ -24,9 +23,9 @@ import contextlib
 import os
 import secrets
 import stat as stat_mod
-from pathlib import Path
 
-from kernel.errors import InvalidArgument, PathOutsideWorkspace, ToolError
+from kernel.beneath import Beneath, Fd, fsync_dir, open_subdir
+from kernel.errors import InvalidArgument, ToolError
 from kernel.workspace import LocalWorkspace, normalize_relative
 
 TEMP_PREFIX = ".a3s-download-"
@@ -40,56 +39,36 @@ def _os_error(what: str, exc: OSError) -> ToolError:
 
 class Staging:
     def __init__(self, ws: LocalWorkspace, file_path: str) -> None:
-        rel = normalize_relative(file_path)
+        rel = normalize_relative(file_path)  # absolute, NUL, look-alike, lexical escape, .a3s
         if not rel:
             raise InvalidArgument("file_path names the workspace root, not a file")
-        self.rel = rel
-        self.ws = ws
-        self.dir_fd = -1
         self.fd = -1
         self.temp_name: str | None = None
-        path = ws.resolve(rel)
-        self.name = path.name
-        self._open_dir(path.parent)
-
-    def _open_dir(self, parent: Path) -> None:
-        self._make_parents(parent)
-        # Resolve again after mkdir: a symlink planted meanwhile must not carry the file away.
-        parent = self.ws.resolve(self.rel).parent
+        self._beneath = Beneath(str(ws.root))
         try:
-            fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except NotADirectoryError as exc:
-            raise InvalidArgument(f"a parent of {self.rel} is not a directory") from exc
-        except OSError as exc:
-            raise _os_error(f"cannot open the directory of {self.rel}", exc) from exc
-        try:
-            real = Path(os.readlink(f"/proc/self/fd/{fd}"))
-        except OSError:
-            real = parent  # no /proc: fall back to comparing the inode
-            if os.fstat(fd).st_ino != os.stat(parent).st_ino:
-                os.close(fd)
-                raise PathOutsideWorkspace(f"{self.rel} moved while it was opened", path=self.rel) from None
-        root = self.ws.root
-        if real != root and root not in real.parents:
-            os.close(fd)
-            raise PathOutsideWorkspace(f"{self.rel} resolves outside the workspace", path=self.rel)
-        self.dir_fd = fd
+            loc = self._beneath.locate(file_path)
+            parent = loc.parent
+            for name in loc.missing:  # create missing parents, each below a verified descriptor
+                try:
+                    child = open_subdir(parent.fd, name, create=True)
+                except OSError as exc:
+                    raise _os_error(f"cannot create the directories for {rel}", exc) from exc
+                parent.close()
+                parent = child
+        except BaseException:
+            self._beneath.close()
+            raise
+        if not loc.name:
+            parent.close()
+            self._beneath.close()
+            raise InvalidArgument("file_path names the workspace root, not a file")
+        self._dir: Fd = parent
+        self.name = loc.name
+        self.rel = loc.rel
 
-    def _make_parents(self, parent: Path) -> None:
-        missing: list[Path] = []
-        probe = parent
-        while not probe.exists():
-            missing.append(probe)
-            probe = probe.parent
-        if not probe.is_dir():
-            raise InvalidArgument(f"a parent of {self.rel} is a file, not a directory")
-        for d in reversed(missing):
-            try:
-                os.mkdir(d)
-            except FileExistsError:
-                pass
-            except OSError as exc:
-                raise _os_error(f"cannot create the directories for {self.rel}", exc) from exc
+    @property
+    def dir_fd(self) -> int:
+        return self._dir.fd
 
     # ---- the target -----------------------------------------------------------------------
 
@@ -171,8 +150,7 @@ class Staging:
         except OSError as exc:
             raise _os_error(f"cannot move the download into place at {self.rel}", exc) from exc
         self.temp_name = None
-        with contextlib.suppress(OSError):
-            os.fsync(self.dir_fd)
+        fsync_dir(self.dir_fd)
         return replaced
 
     def discard(self) -> None:
@@ -181,9 +159,9 @@ class Staging:
             with contextlib.suppress(OSError):
                 os.unlink(self.temp_name, dir_fd=self.dir_fd)
             self.temp_name = None
-        for attr in ("fd", "dir_fd"):
-            fd = getattr(self, attr)
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-                setattr(self, attr, -1)
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+        self._dir.close()
+        self._beneath.close()
