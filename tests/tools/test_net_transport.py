@@ -162,7 +162,7 @@ async def test_d3_names_are_pinned_to_the_verified_address_and_keep_their_host_h
 
 async def test_d3_the_transport_pool_uses_the_guarded_backend() -> None:
     http = NetRuntime().client(LOOP)
-    client = http._client_for(parse_url("http://127.0.0.1/"))
+    client = await http._client_for(parse_url("http://127.0.0.1/"))
     pool = client._transport._pool  # type: ignore[attr-defined]
     assert isinstance(pool._network_backend, GuardedBackend)
     await http.aclose()
@@ -199,7 +199,19 @@ async def test_d3_a_request_named_proxy_must_itself_pass_the_guard(server: Loopb
         with pytest.raises(BlockedAddress):
             async with http.open(parse_url("http://far.example.com/"), op="t"):
                 pass
-    assert server.hits() == []
+    # A proxy *name* that resolves to a private address is refused as well (resolution level).
+    runtime = NetRuntime(resolver=StaticResolver({"proxy.example.com": ["10.1.2.3"]}))
+    async with runtime.client(NetAllow(), request_proxy="http://proxy.example.com:3128") as http:
+        with pytest.raises(BlockedAddress):
+            async with http.open(parse_url("http://far.example.com/"), op="t"):
+                pass
+    # An allowed proxy is reached by its verified address.
+    server.route("http://far.example.com/p", static(200, "proxied"))
+    runtime = NetRuntime(resolver=StaticResolver({"proxy.example.com": ["127.0.0.1"]}))
+    async with runtime.client(LOOP, request_proxy=f"http://proxy.example.com:{server.port}") as http:
+        async with http.open(parse_url("http://far.example.com/p"), op="t") as got:
+            assert await read_body(got.response, 100, "t", got.url) == b"proxied"
+    assert [h.path for h in server.hits()] == ["http://far.example.com/p"]
     with pytest.raises(InvalidArgument):
         NetRuntime().client(request_proxy="ftp://proxy:21")
 
@@ -309,3 +321,30 @@ async def test_d3_dns_failure_is_a_transport_error(server: LoopbackServer) -> No
     runtime = NetRuntime(resolver=StaticResolver({}))
     with pytest.raises(Transport):
         await fetch(runtime, "http://nowhere.example.com/")
+
+
+async def test_d3_pinned_tls_keeps_sni_and_verifies_the_name(tmp_path) -> None:
+    """HTTPS to a name pinned to 127.0.0.1: TLS verifies the certificate for the *name*."""
+    import ssl
+
+    from tests.tools.tls_certs import make_certs
+
+    ca, cert, key = make_certs(tmp_path, ["pinned.example.com"], [])
+    srv = LoopbackServer()
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    srv.httpd.socket = server_ctx.wrap_socket(srv.httpd.socket, server_side=True)
+    srv.route("/secure", static(200, "over tls"))
+    client_ctx = ssl.create_default_context(cafile=str(ca))
+    runtime = NetRuntime(
+        resolver=StaticResolver({"pinned.example.com": ["127.0.0.1"], "other.example.com": ["127.0.0.1"]}),
+        tls=client_ctx,
+    )
+    try:
+        url = f"https://pinned.example.com:{srv.port}/secure"
+        assert (await fetch(runtime, url)) == (200, b"over tls", 0)
+        assert srv.hits("/secure")[0].headers["host"] == f"pinned.example.com:{srv.port}"
+        with pytest.raises(Transport):  # same address, a name the certificate does not cover
+            await fetch(runtime, f"https://other.example.com:{srv.port}/secure")
+    finally:
+        srv.close()

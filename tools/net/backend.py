@@ -84,10 +84,13 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
 
 
 class GuardedTransport(httpx.AsyncHTTPTransport):
-    def __init__(self, backend: GuardedBackend, *, max_connections: int = 8) -> None:
-        super().__init__(verify=ssl_context(), trust_env=False)
+    def __init__(
+        self, backend: GuardedBackend, *, max_connections: int = 8, tls: ssl.SSLContext | None = None
+    ) -> None:
+        tls = tls or ssl_context()
+        super().__init__(verify=tls, trust_env=False)
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl_context(),
+            ssl_context=tls,
             max_connections=max_connections,
             max_keepalive_connections=max_connections,
             keepalive_expiry=5.0,

@@ -13,13 +13,15 @@ Invariants:
 - Proxies: a request-level proxy (``web_search``'s ``proxy``) or the environment's
   ``HTTP(S)_PROXY``/``ALL_PROXY`` (honouring ``NO_PROXY``) — read once at the process edge into
   ``ProxySettings``. Through a proxy the proxy resolves names, so only the literal checks apply
-  (a proxy configured by the operator is trusted; one named in a request is itself checked).
+  to the target. A proxy configured by the operator is trusted; one named in a request is resolved
+  through the guard and reached by its verified address.
 - One ``SafeHttp`` per tool call; ``aclose`` closes its pools.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,8 +123,10 @@ class SafeHttp:
         inner_backend: httpcore.AsyncNetworkBackend | None = None,
         max_connections: int = 8,
         on_connect: Callable[[str, IPAddress, int], None] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.guard = guard
+        self.tls = tls
         self.proxies = proxies or ProxySettings()
         self.request_proxy = check_proxy_url(request_proxy) if request_proxy else None
         self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
@@ -131,6 +135,7 @@ class SafeHttp:
         self.max_connections = max_connections
         self._direct: httpx.AsyncClient | None = None
         self._proxied: dict[str, httpx.AsyncClient] = {}
+        self._pinned_proxy: str | None = None
         self.requests = 0
 
     async def __aenter__(self) -> SafeHttp:
@@ -146,17 +151,23 @@ class SafeHttp:
             with contextlib.suppress(Exception):
                 await client.aclose()
 
-    def _client_for(self, url: SafeUrl) -> httpx.AsyncClient:
-        proxy: str | None
-        if self.request_proxy is not None:
-            # A proxy the request named is untrusted: its own host must pass the guard.
-            self.guard.check_literal(self.request_proxy.host)
-            proxy = str(self.request_proxy)
-        else:
-            proxy = self.proxies.for_url(url)
+    async def _request_proxy(self) -> str:
+        """A proxy the request named is untrusted: its host goes through the guard (resolved, every
+        answer checked) and the proxy is then reached by the verified address."""
+        assert self.request_proxy is not None
+        if self._pinned_proxy is None:
+            proxy = self.request_proxy
+            port = proxy.port or (443 if proxy.scheme == "https" else 80)
+            ip = (await self.guard.addresses(proxy.raw_host.decode("ascii"), port))[0]
+            host = f"[{ip}]" if ip.version == 6 else str(ip)
+            self._pinned_proxy = f"{proxy.scheme}://{host}:{port}"
+        return self._pinned_proxy
+
+    async def _client_for(self, url: SafeUrl) -> httpx.AsyncClient:
+        proxy = await self._request_proxy() if self.request_proxy is not None else self.proxies.for_url(url)
         if proxy is None:
             if self._direct is None:
-                transport = GuardedTransport(self.backend, max_connections=self.max_connections)
+                transport = GuardedTransport(self.backend, max_connections=self.max_connections, tls=self.tls)
                 self._direct = httpx.AsyncClient(
                     transport=transport, timeout=self.timeout, headers=self.headers, trust_env=False
                 )
@@ -165,7 +176,7 @@ class SafeHttp:
         if client is None:
             client = httpx.AsyncClient(
                 proxy=proxy,
-                verify=ssl_context(),
+                verify=self.tls or ssl_context(),
                 timeout=self.timeout,
                 headers=self.headers,
                 trust_env=False,
@@ -202,7 +213,7 @@ class SafeHttp:
         used = redirects_used
         while True:
             self.check(current)
-            client = self._client_for(current)
+            client = await self._client_for(current)
             try:
                 request = client.build_request(method, current.url, headers=send_headers, json=body)
                 self.requests += 1

@@ -9,6 +9,7 @@ per-call ``SafeHttp``; nothing else in ``tools/`` opens network connections.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,8 @@ class NetRuntime:
     # Tests: the socket layer under the guard (``RefusingBackend`` never connects) and a probe.
     inner_backend: httpcore.AsyncNetworkBackend | None = None
     on_connect: Callable[[str, IPAddress, int], None] | None = None
+    # Trust anchors for TLS (default: certifi's CA bundle); tests hand in a context trusting their CA.
+    tls: ssl.SSLContext | None = None
 
     @classmethod
     def from_settings(cls, settings: Any, environ: Mapping[str, str]) -> NetRuntime:
@@ -66,6 +69,7 @@ class NetRuntime:
             inner_backend=self.inner_backend,
             max_connections=max_connections,
             on_connect=self.on_connect,
+            tls=self.tls,
         )
 
 

@@ -95,22 +95,21 @@ class SocketStream(httpcore.AsyncNetworkStream):
     async def start_tls(
         self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
     ) -> httpcore.AsyncNetworkStream:
+        plain: anyio.abc.SocketStream | None = None
         try:
             with _within(timeout, httpcore.ConnectTimeout, httpcore.ConnectError):
                 plain = await anyio.abc.SocketStream.from_socket(self._sock)
-                try:
-                    tls = await anyio.streams.tls.TLSStream.wrap(
-                        plain,
-                        ssl_context=ssl_context,
-                        hostname=server_hostname,
-                        standard_compatible=False,
-                        server_side=False,
-                    )
-                except ssl.SSLError as exc:
-                    raise httpcore.ConnectError(
-                        f"TLS handshake with {server_hostname} failed: {exc}"
-                    ) from exc
+                tls = await anyio.streams.tls.TLSStream.wrap(
+                    plain,
+                    ssl_context=ssl_context,
+                    hostname=server_hostname,
+                    standard_compatible=False,
+                    server_side=False,
+                )
         except BaseException:
+            if plain is not None:
+                with contextlib.suppress(Exception):
+                    await anyio.aclose_forcefully(plain)
             self._sock.close()
             raise
         return TLSSocketStream(tls, self._sock)
