@@ -404,3 +404,13 @@ def test_s2_web_search_is_registered_with_a_visible_schema(agent, tmp_path) -> N
     s = agent.session(tmp_path)
     schema = next(d for d in s.tool_definitions() if d["name"] == "web_search")["parameters"]
     assert schema["required"] == ["query"] and schema["additionalProperties"] is False
+
+
+def test_w4_a_request_level_proxy_carries_the_engine_requests(agent, tmp_path, server) -> None:
+    """The 'proxy' is a loopback server answering absolute-form requests for a public-looking host."""
+    server.route("http://engine.example.com/ddg", static(200, P.ddg_page(P.RESULTS), content_type=HTML))
+    cfg = config_for(server, ddg="http://engine.example.com/ddg?q={query}")
+    s = session(agent, tmp_path, server, config=cfg)
+    res = s.tool("web_search", {"query": P.QUERY, "engines": ["ddg"], "proxy": server.url("")})
+    assert res.exit_code == 0, res.output
+    assert [h.path.split("?")[0] for h in server.hits()] == ["http://engine.example.com/ddg"]

@@ -131,3 +131,16 @@ def test_w4_no_orphan_chromium_after_a_timeout(agent, tmp_path, server) -> None:
     assert res.exit_code == 1 and res.error_kind["type"] == "timeout"
     assert started.is_set()
     assert wait_gone() == []
+
+
+def test_w4_the_request_level_proxy_reaches_the_browser_tier(agent, tmp_path, server) -> None:
+    page = P.js_rendered_bing_page(P.RESULTS)
+    server.route("http://engine.example.com/bing_browser", static(200, page, content_type=HTML))
+    cfg = config_for(server, bing_browser="http://engine.example.com/bing_browser?q={query}")
+    s = session(agent, tmp_path, server, config=cfg)
+    res = s.tool(
+        "web_search", {"query": P.QUERY, "engines": ["bing_browser"], "timeout": 60, "proxy": server.url("")}
+    )
+    assert res.exit_code == 0, res.output
+    assert [h.path.split("?")[0] for h in server.hits()] == ["http://engine.example.com/bing_browser"]
+    assert wait_gone() == []
