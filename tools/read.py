@@ -12,7 +12,10 @@ where the response stopped without repeating a line.
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
+import os
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -22,6 +25,7 @@ from kernel.context import ToolContext
 from kernel.errors import InvalidArgument, ToolError
 from kernel.result import ToolResult
 from kernel.spec import ToolSpec
+from tools._linewindow import Window, read_window, render_line
 
 MAX_LIMIT_LINES = 2000
 MAX_LINE_BYTES = 2000
@@ -30,6 +34,8 @@ MAX_SINGLE_OUTPUT_BYTES = 98_304
 DEFAULT_BATCH_OUTPUT_BYTES = 65_536
 MIN_BATCH_OUTPUT_BYTES = 1024
 MAX_BATCH_OUTPUT_BYTES = 98_304
+INLINE_SCAN_BYTES = 1 << 20  # larger files are scanned in a worker thread
+MAX_IMAGE_BYTES = 20 * 1024 * 1024
 IMAGE_TYPES = {
     "jpg": "image/jpeg",
     "jpeg": "image/jpeg",
@@ -90,48 +96,46 @@ def subject(params: Params) -> list[str]:
 
 async def run(ctx: ToolContext, params: Params) -> ToolResult:
     if params.files is not None:
-        return _read_batch(ctx, params.files, params.max_output_bytes or DEFAULT_BATCH_OUTPUT_BYTES)
+        return await _read_batch(ctx, params.files, params.max_output_bytes or DEFAULT_BATCH_OUTPUT_BYTES)
     assert params.file_path is not None
-    return _read_single(ctx, params.file_path, params.offset, params.limit)
+    return await _read_single(ctx, params.file_path, params.offset, params.limit)
 
 
 # ---- single file ------------------------------------------------------------------------------
 
 
-def _load_lines(ctx: ToolContext, path: str) -> list[str]:
-    data = ctx.workspace.read_bytes(path)
-    text = data.decode("utf-8", errors="replace")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
+async def _window(ctx: ToolContext, path: str, offset: int, limit: int, budget: int) -> Window:
+    """Lines ``offset .. offset+limit`` of ``path`` (as many as ``budget`` bytes can show) and its
+    total line count, streamed (module docstring)."""
+    opener = getattr(ctx.workspace, "open_file", None)
+    if not callable(opener):  # non-local workspaces hold blobs in memory already
+        return read_window(io.BytesIO(ctx.workspace.read_bytes(path)), offset, limit, budget)
+    fh = opener(path)
+    try:
+        if os.fstat(fh.fileno()).st_size <= INLINE_SCAN_BYTES:
+            return read_window(fh, offset, limit, budget)
+        return await asyncio.to_thread(read_window, fh, offset, limit, budget, ctx.cancelled.is_set)
+    finally:
+        fh.close()
 
 
-def _render(n: int, line: str) -> str:
-    if line.endswith("\r"):
-        line = line[:-1]
-    raw = line.encode("utf-8")
-    if len(raw) > MAX_LINE_BYTES:
-        line = raw[:MAX_LINE_BYTES].decode("utf-8", errors="ignore") + "…"
-    return f"{n:>6}\t{line}\n"
-
-
-def _read_single(ctx: ToolContext, path: str, offset: int | None, limit: int | None) -> ToolResult:
+async def _read_single(ctx: ToolContext, path: str, offset: int | None, limit: int | None) -> ToolResult:
     ext = path.rsplit(".", 1)[-1].lower() if "." in path else ""
     if ext in IMAGE_TYPES:
         return _read_image(ctx, path, IMAGE_TYPES[ext], offset, limit)
-    lines = _load_lines(ctx, path)
-    total = len(lines)
     offset = offset or 0
     requested = limit or MAX_LIMIT_LINES
     applied = min(requested, MAX_LIMIT_LINES)
+    win = await _window(ctx, path, offset, applied, MAX_SINGLE_OUTPUT_BYTES)
+    total = win.total
     if offset > total:
         raise InvalidArgument(f"Offset {offset} exceeds file length ({total} lines)")
     parts: list[str] = []
     size = 0
     end = offset
-    for i in range(offset, min(total, offset + applied)):
-        rendered = _render(i + 1, lines[i])
+    for k, text in enumerate(win.lines):
+        i = offset + k
+        rendered = render_line(i + 1, text, win.cut[k])
         if size + len(rendered.encode("utf-8")) > MAX_SINGLE_OUTPUT_BYTES and parts:
             break
         parts.append(rendered)
@@ -165,7 +169,21 @@ def _read_image(ctx: ToolContext, path: str, media: str, offset: int | None, lim
         raise InvalidArgument("offset and limit are not supported for images")
     if ctx.workspace.root is None:
         raise InvalidArgument("images can only be read from a local workspace")
-    data = ctx.workspace.read_bytes(path)
+    opener = getattr(ctx.workspace, "open_file", None)
+    if callable(opener):
+        with opener(path) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > MAX_IMAGE_BYTES:
+                raise InvalidArgument(
+                    f"{path} is {size} bytes; images are read up to {MAX_IMAGE_BYTES} bytes"
+                )
+            data = fh.read(MAX_IMAGE_BYTES + 1)
+    else:
+        data = ctx.workspace.read_bytes(path)
+    if len(data) > MAX_IMAGE_BYTES:
+        raise InvalidArgument(
+            f"{path} is larger than {MAX_IMAGE_BYTES} bytes; images are read up to that size"
+        )
     uri = ctx.artifacts.put("read", data)
     meta = {
         "source_anchors": [path],
@@ -177,7 +195,7 @@ def _read_image(ctx: ToolContext, path: str, media: str, offset: int | None, lim
 # ---- batch ------------------------------------------------------------------------------------
 
 
-def _read_batch(ctx: ToolContext, files: list[FileRequest], budget: int) -> ToolResult:
+async def _read_batch(ctx: ToolContext, files: list[FileRequest], budget: int) -> ToolResult:
     paths = [f.path for f in files]
     if len(set(paths)) != len(paths):
         raise InvalidArgument("Duplicate path in files")
@@ -201,10 +219,11 @@ def _read_batch(ctx: ToolContext, files: list[FileRequest], budget: int) -> Tool
 
     for i, item in enumerate(files):
         header = f"=== {item.path} ===\n"
+        limit = item.limit or MAX_LIMIT_LINES
         try:
-            lines = _load_lines(ctx, item.path)
-            if item.offset > len(lines):
-                raise InvalidArgument(f"Offset {item.offset} exceeds file length ({len(lines)} lines)")
+            win = await _window(ctx, item.path, item.offset, limit, max(budget - used, 0))
+            if item.offset > win.total:
+                raise InvalidArgument(f"Offset {item.offset} exceeds file length ({win.total} lines)")
         except ToolError as err:
             seg = f"{header}ERROR: {err.message}\n\n"
             if used + size(seg) + size(footer(rest(i + 1), completed + 1)) > budget:
@@ -218,12 +237,14 @@ def _read_batch(ctx: ToolContext, files: list[FileRequest], budget: int) -> Tool
                 {"path": item.path, "success": False, "error": err.message, "error_kind": err.to_kind()}
             )
             continue
-        limit = item.limit or MAX_LIMIT_LINES
-        stop = min(len(lines), item.offset + limit)
-        rendered = [_render(k + 1, lines[k]) for k in range(item.offset, stop)]
+        total = win.total
+        stop = min(total, item.offset + limit)
+        # Only the kept lines are rendered: keeping stopped where the budget ran out, so a window
+        # that was cut short can never pass the "fits whole" check below.
+        rendered = [render_line(item.offset + k + 1, t, win.cut[k]) for k, t in enumerate(win.lines)]
         sizes = [size(r) for r in rendered]
-        more_note = "" if stop >= len(lines) else f"... (more lines available; continue with offset={stop})\n"
-        if item.offset == len(lines):
+        more_note = "" if stop >= total else f"... (more lines available; continue with offset={stop})\n"
+        if item.offset == total:
             more_note = f"(end of file: offset {item.offset} equals file length)\n"
         full = size(header) + sum(sizes) + size(more_note) + 1
         if used + full + size(footer(rest(i + 1), completed + 1)) <= budget:
@@ -237,7 +258,7 @@ def _read_batch(ctx: ToolContext, files: list[FileRequest], budget: int) -> Tool
                     "path": item.path,
                     "success": True,
                     "returned_lines": len(rendered),
-                    "total_lines": len(lines),
+                    "total_lines": total,
                 }
             )
             continue
@@ -275,7 +296,7 @@ def _read_batch(ctx: ToolContext, files: list[FileRequest], budget: int) -> Tool
                 "path": item.path,
                 "success": True,
                 "returned_lines": k,
-                "total_lines": len(lines),
+                "total_lines": total,
                 "partial": True,
             }
         )
