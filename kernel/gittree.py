@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pygit2
 
+from kernel import gitsafe
 from kernel.errors import InvalidArgument, NotFound, PathOutsideWorkspace
 from kernel.workspace import INTERNAL_DIR, MAX_SYMLINK_FOLLOWS, Entry, EntryKind, normalize_relative
 
@@ -59,12 +60,25 @@ def open_repository(path: str | os.PathLike[str]) -> pygit2.Repository:
     """Open the repository at exactly ``path`` (a work tree, a linked worktree or a git dir).
 
     No upward search: a directory inside someone else's repository is not silently widened to it.
+    The repository's own configuration is vetted first (``kernel.gitsafe``: includes and special
+    files refused, ``permission_denied``), and a repository found through ``<path>/.git`` gets
+    ``path`` as its explicit work directory, so a planted ``core.worktree`` moves nothing.
     """
     where = os.fspath(path)
     try:
-        return pygit2.Repository(where, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+        layout = gitsafe.layout_for(Path(where))
+    except OSError as exc:
+        raise NotFound(f"not a git repository: {where}", path=where) from exc
+    if layout is None:
+        raise NotFound(f"not a git repository: {where}", path=where)
+    gitsafe.check_repository(layout)
+    try:
+        repo = pygit2.Repository(where, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
     except (pygit2.GitError, KeyError, OSError) as exc:
         raise NotFound(f"not a git repository: {where}", path=where) from exc
+    if layout.work_tree is not None:
+        repo.workdir = os.fspath(layout.work_tree)
+    return repo
 
 
 def resolve_commit(repo: pygit2.Repository, rev: str) -> pygit2.Commit:

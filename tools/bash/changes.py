@@ -5,10 +5,10 @@ Two snapshot kinds, chosen by the workspace:
 - **git** (the workspace root holds ``.git``): the working-tree status (``git status --porcelain``
   semantics, untracked files listed individually) read with pygit2, plus size and mtime of every
   dirty path, so a file that was already modified and is modified again is still reported. We use
-  libgit2 rather than a ``git`` subprocess on purpose: the command may have rewritten
-  ``.git/config`` (the sandbox leaves the workspace writable), and a host ``git status`` would run
-  a configured ``core.fsmonitor`` hook or clean filter — code execution outside the sandbox.
-  libgit2 runs neither.
+  libgit2 rather than a ``git`` subprocess on purpose: a host ``git status`` would run a configured
+  ``core.fsmonitor`` hook or clean filter — code execution outside the sandbox. libgit2 runs
+  neither; what it does honour (``core.worktree``, includes, excludes files, a FIFO ``.gitignore``)
+  is vetted or neutralised by ``kernel.gitsafe`` before it opens the repository.
 - **mtime** (no repository): size and mtime of every regular file under the root (``.git`` and
   ``.a3s`` skipped, symlinks not followed), at most ``MTIME_SNAPSHOT_MAX_FILES`` files.
 
@@ -80,10 +80,22 @@ def _swallow(future: asyncio.Future[object]) -> None:
 def _git_snapshot(root: Path, deadline: float) -> dict[str, Entry]:
     import pygit2
 
+    from kernel.beneath import Beneath
+    from kernel.errors import ToolError
+    from kernel.gitsafe import check_work_tree
+    from kernel.gittree import open_repository
+
     try:
-        repo = pygit2.Repository(str(root))
+        # libgit2 blocks (holding the GIL: the whole process) on a FIFO .gitignore and honours some
+        # repository config: both are vetted first, and the work directory is pinned (kernel/gitsafe.py).
+        beneath = Beneath(str(root))
+        try:
+            check_work_tree(beneath, max_dirs=MTIME_SNAPSHOT_MAX_FILES, deadline=deadline)
+        finally:
+            beneath.close()
+        repo = open_repository(root)
         status = repo.status(untracked_files="all")
-    except (pygit2.GitError, KeyError, ValueError) as exc:
+    except (pygit2.GitError, KeyError, ValueError, ToolError) as exc:
         raise _Unknown(str(exc)) from exc
     if time.monotonic() > deadline:
         raise _Unknown

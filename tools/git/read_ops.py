@@ -15,8 +15,8 @@ from typing import Any
 import pygit2
 from pygit2.enums import DiffOption, FileStatus, SortMode
 
-from kernel.errors import InvalidArgument, NotFound
-from kernel.gittree import resolve_commit
+from kernel.errors import InvalidArgument, NotFound, ToolError
+from kernel.gittree import open_repository, resolve_commit
 from tools.git.view import GitView, Guard, is_internal, page_list, relative_to_workspace
 
 LOG_SCAN_CAP = 5000  # commits a log walk may visit (offset + page)
@@ -429,11 +429,11 @@ def worktree_items(view: GitView) -> list[dict[str, Any]]:
         branch = head = None
         if os.path.isdir(wt.path):
             try:
-                sub = pygit2.Repository(wt.path)
+                sub = open_repository(wt.path)  # vetted like the main repository
                 state = head_state(sub)
                 branch, head = state["branch"], state["head"]
                 sub.free()
-            except (KeyError, ValueError, pygit2.GitError):
+            except (KeyError, ValueError, pygit2.GitError, ToolError):
                 pass
         items.append(
             {

@@ -16,6 +16,7 @@ translated in ``tools.git.errors``; the blocking work runs in a thread that poll
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -168,7 +169,7 @@ def _run_sync(ctx: ToolContext, p: Params, form: str) -> tuple[str, dict[str, An
     guard = Guard(ctx)
     guard.check()
     with git_errors():
-        view = open_view(ctx.workspace)
+        view = open_view(ctx.workspace, deadline=time.monotonic() + ctx.remaining_s())
         try:
             if view.read_only and form not in READ_FORMS:
                 raise Unsupported(

@@ -21,11 +21,14 @@ import pygit2
 
 from kernel.context import ToolContext
 from kernel.errors import Cancelled, InvalidArgument, Timeout, Unsupported
+from kernel.gitsafe import check_work_tree
 from kernel.gittree import GitTreeWorkspace, open_repository
-from kernel.workspace import INTERNAL_DIR, Workspace
+from kernel.workspace import INTERNAL_DIR, LocalWorkspace, Workspace
 
 CURSOR_RE = re.compile(r"^[0-9]{1,10}$")
 FALLBACK_SIGNATURE = ("a3s-fleet", "a3s-fleet@localhost")
+# Directories checked for special ignore files before libgit2 walks a work tree (beyond: refused).
+MAX_WORKTREE_DIRS = 100_000
 
 
 @dataclass
@@ -49,7 +52,10 @@ class GitView:
         self.repo.free()
 
 
-def open_view(workspace: Workspace) -> GitView:
+def open_view(workspace: Workspace, *, deadline: float | None = None) -> GitView:
+    """The repository behind ``workspace``, opened safely (``kernel.gitsafe``): its config vetted,
+    its work directory pinned to the workspace root, and — for a local work tree — no
+    ``.gitignore``/``.gitattributes`` that libgit2 would block on (checked until ``deadline``)."""
     if isinstance(workspace, GitTreeWorkspace):
         repo = open_repository(workspace.repo_path)
         commit = repo[workspace.commit_id]
@@ -57,6 +63,8 @@ def open_view(workspace: Workspace) -> GitView:
         return GitView(repo, workspace, commit)
     if "git" not in workspace.capabilities or workspace.root is None:
         raise Unsupported(f"workspace {workspace.name} has no git repository")
+    if isinstance(workspace, LocalWorkspace):
+        check_work_tree(workspace.beneath, max_dirs=MAX_WORKTREE_DIRS, deadline=deadline)
     return GitView(open_repository(workspace.root), workspace, None)
 
 

@@ -23,9 +23,11 @@ from typing import Any
 import pygit2
 from pygit2.enums import CheckoutNotify, CheckoutStrategy, FileStatus
 
+from kernel.beneath import O_WALK_DIR, Fd
 from kernel.errors import InvalidArgument, NotFound, PathOutsideWorkspace, Unsupported, VersionConflict
-from kernel.gittree import resolve_commit
-from kernel.workspace import INTERNAL_DIR
+from kernel.gittree import open_repository, resolve_commit
+from kernel.workspace import INTERNAL_DIR, LocalWorkspace, normalize_relative
+from tools._fileio import check_not_git_metadata
 from tools.git.read_ops import head_state
 from tools.git.view import GitView, is_internal, relative_to_workspace, signature
 
@@ -183,6 +185,11 @@ def worktree_create(
     real = _resolve_local(view, rel)
     if real == view.root:
         raise InvalidArgument("a worktree cannot be created at the workspace root")
+    ws = view.workspace
+    if isinstance(ws, LocalWorkspace):
+        # A work tree checked out inside git metadata would put branch files where git runs them
+        # (hooks): refused whoever asks.
+        check_not_git_metadata(ws, normalize_relative(rel), real.relative_to(view.root).as_posix())
     if os.path.lexists(real):
         raise InvalidArgument(f"worktree path already exists: {rel}")
     if wt_name in repo.list_worktrees():
@@ -204,7 +211,7 @@ def worktree_create(
             raise NotFound(f"no such branch: {branch_name}", path=branch_name)
         branch = found
     try:
-        real.parent.mkdir(parents=True, exist_ok=True)
+        real = _make_parent_dirs(view, rel)
         wt = repo.add_worktree(wt_name, str(real), branch)
     except BaseException:
         if created_branch:
@@ -221,6 +228,33 @@ def worktree_create(
         "new_branch": created_branch,
         "changed_paths": [workspace_path],
     }
+
+
+def _make_parent_dirs(view: GitView, rel: str) -> Path:
+    """Create the worktree's missing parent directories below verified descriptors (never through a
+    symlink) and return its physical path. libgit2 itself creates the last directory by path: that
+    one step is not descriptor-based (the call is exclusive: no other tool of the session runs)."""
+    ws = view.workspace
+    if not isinstance(ws, LocalWorkspace):
+        raise Unsupported("worktrees need a local workspace")
+    with ws.locate(rel) as loc:
+        current = Fd(loc.parent.fd, owned=False)
+        try:
+            for name in loc.missing:
+                try:
+                    os.mkdir(name, dir_fd=current.fd)
+                except FileExistsError:
+                    pass
+                nxt = Fd(os.open(name, O_WALK_DIR, dir_fd=current.fd))
+                current.close()
+                current = nxt
+        except OSError as exc:
+            raise PathOutsideWorkspace(
+                f"cannot create the directories for {rel}: {exc.strerror}", path=rel
+            ) from None
+        finally:
+            current.close()
+        return view.root / loc.rel
 
 
 def _find_worktree(view: GitView, name: str | None, path: str | None) -> tuple[str, pygit2.Worktree]:
@@ -240,6 +274,18 @@ def _find_worktree(view: GitView, name: str | None, path: str | None) -> tuple[s
     raise NotFound(f"no worktree at {path}", path=path)
 
 
+def _remove_tree(view: GitView, rel: str) -> None:
+    """Delete the worktree directory relative to its verified parent descriptor: ``shutil.rmtree``
+    with ``dir_fd`` opens every level with ``O_NOFOLLOW``, so a swapped symlink is never followed."""
+    ws = view.workspace
+    if not isinstance(ws, LocalWorkspace):
+        raise Unsupported("worktrees need a local workspace")
+    with ws.locate(rel) as loc:
+        if not loc.name or loc.missing:
+            return
+        shutil.rmtree(loc.name, dir_fd=loc.parent.fd)
+
+
 def worktree_remove(view: GitView, *, name: str | None, path: str | None, force: bool) -> Result:
     wt_name, wt = _find_worktree(view, name, path)
     rel = relative_to_workspace(view, wt.path)
@@ -250,7 +296,7 @@ def worktree_remove(view: GitView, *, name: str | None, path: str | None, force:
     real = _resolve_local(view, rel)  # the resolver has the last word (symlinks, .a3s, …)
     dirty: list[str] = []
     if os.path.isdir(real):
-        sub = pygit2.Repository(str(real))
+        sub = open_repository(real)
         try:
             dirty = sorted(p for p, f in sub.status().items() if int(f) != FileStatus.IGNORED)
         finally:
@@ -264,7 +310,7 @@ def worktree_remove(view: GitView, *, name: str | None, path: str | None, force:
                 actual="local changes",
                 paths=dirty[:MAX_CHANGED_PATHS],
             )
-        shutil.rmtree(real)
+        _remove_tree(view, rel)
     wt.prune(True)
     out = f"Removed worktree {wt_name} at {rel}" + (" (forced)" if force and dirty else "")
     return out, {"name": wt_name, "path": rel, "removed": True, "forced": force, "changed_paths": [rel]}
