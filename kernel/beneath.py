@@ -329,7 +329,10 @@ class Beneath:
                 top = stack.pop()
                 top.close()
                 leaf = names.pop()
-                leaf_st = os.stat(leaf, dir_fd=stack[-1].fd, follow_symlinks=False)
+                try:
+                    leaf_st = os.stat(leaf, dir_fd=stack[-1].fd, follow_symlinks=False)
+                except OSError as exc:
+                    raise os_error("cannot resolve", exc, path) from None
             rel = "/".join([*names, *missing, leaf])
             if rel.split("/", 1)[0] == INTERNAL_DIR:
                 raise PathOutsideWorkspace(f"{INTERNAL_DIR}/ is internal to a3s-fleet: {path}", path=path)
