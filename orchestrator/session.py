@@ -280,6 +280,15 @@ class Session:
 
         return run_plan(self, plan_from_commands(title, commands), progress)
 
+    def program(self, options: dict[str, Any] | None = None, **kwargs: Any) -> ToolResult:
+        """P-2: ``session.tool("program", {type: "script", language: "javascript", ...})`` with the SDK's
+        spellings normalised (``allowedTools``/``allowed_tools``, ``limits.timeoutMs``/``timeout_ms``…).
+        ``source`` inline or ``path`` (a workspace ``.js``/``.mjs`` file); trusted host-direct, so the
+        script's own calls are ``trusted_host_nested`` (K-1)."""
+        from tools.program import normalize_program_options
+
+        return self.tool("program", normalize_program_options({**(options or {}), **kwargs}))
+
     def batch(self, invocations: list[dict[str, Any]], max_concurrency: int | None = None) -> ToolResult:
         args: dict[str, Any] = {"invocations": invocations}
         if max_concurrency is not None:

@@ -16,6 +16,7 @@ from tools.bash import TOOL as BASH
 from tools.download import TOOL as DOWNLOAD
 from tools.git import TOOL as GIT
 from tools.patch import TOOL as PATCH
+from tools.program import TOOL as PROGRAM
 from tools.search import build_search_tool
 from tools.search.retrieval import retrieval_runners
 from tools.web_fetch import TOOL as WEB_FETCH
@@ -24,7 +25,7 @@ from tools.web_search import TOOL as WEB_SEARCH
 # Workspace-gated built-ins: registered only when the workspace has every capability in `requires`.
 WORKSPACE_TOOLS: list[ToolSpec] = [read.TOOL, ls.TOOL, write.TOOL, edit.TOOL, PATCH, BASH, GIT, DOWNLOAD]
 # Runtime built-ins: every session.
-RUNTIME_TOOLS: list[ToolSpec] = [batch.TOOL, WEB_FETCH, WEB_SEARCH]
+RUNTIME_TOOLS: list[ToolSpec] = [batch.TOOL, WEB_FETCH, WEB_SEARCH, PROGRAM]
 ALL_TOOLS: list[ToolSpec] = [*WORKSPACE_TOOLS, *RUNTIME_TOOLS]  # + the per-session `search`
 
 

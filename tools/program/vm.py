@@ -1,0 +1,459 @@
+"""QuickJS in a child process: spawning, a small pool of warm children, and one script's run.
+
+``run_script(job, handle, deadline)`` runs one script in a fresh child (``vm_child.py``) and returns
+its ``VmOutcome``. While the script waits on host requests, ``handle(calls)`` answers them (the
+program bridge or the workflow driver). Invariants:
+
+- **one script per child**: a child is never reused after it ran code; the pool only holds children
+  that have loaded the bridge and wait for their first (and only) job;
+- **the session outlives the VM**: a crash, a native hang or a memory blow-up ends the child, never
+  this process. At ``deadline`` a pending host request is cancelled; the child gets ``GRACE_S``
+  (the reference's 500 ms settle) to report, then it is killed (SIGKILL) and the run is a timeout.
+  Cancelling the caller kills the child at once;
+- **no orphans**: children are spawned by one long-lived thread of this process and arm
+  ``PR_SET_PDEATHSIG`` against it (parent death = the death of the *thread* that forked them), hold
+  no inherited descriptors (``close_fds``), get an empty environment, ``/`` as working directory, and
+  are reaped after they exit. A fork of this process (a Celery prefork child) starts a pool of its
+  own and closes the parent's pipes; ``atexit`` kills idle children;
+- every line a child sends is bounded (``MAX_LINE_BYTES``); a longer one ends the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import collections
+import concurrent.futures
+import contextlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+CHILD = HERE / "vm_child.py"
+PRELUDE = HERE / "prelude.js"
+GRACE_S = 0.5
+MAX_LINE_BYTES = 8 * 1024 * 1024
+DEFAULT_POOL_SIZE = 2
+REAP_TIMEOUT_S = 2.0
+STDERR_TAIL_BYTES = 4096
+
+# Pids of children running a script now (diagnostics and tests: ``active_pids()``).
+_ACTIVE: set[int] = set()
+_KILL_AFTER = frozenset({"timeout", "protocol", "aborted", "crash"})
+
+Handler = Callable[[list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
+
+
+class VmUnavailable(Exception):
+    """The QuickJS binding is not installed, or a child could not be started."""
+
+
+@dataclass
+class VmOutcome:
+    """How a script ended: ``ok`` + ``value``, or ``kind`` (timeout, memory, stack, syntax, script,
+    no_entry, deadlock, crash, protocol, cancelled-by-handler) + ``error``; ``logs`` from console."""
+
+    ok: bool
+    value: Any = None
+    kind: str = ""
+    error: str = ""
+    error_kind: dict[str, Any] | None = None
+    logs: list[str] = field(default_factory=list)
+    duration_ms: int = 0
+
+
+class HandlerAbort(Exception):
+    """Raised by a handler to end the run at once (allow-list, maxToolCalls): the child is killed."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _site_dir() -> str:
+    spec = importlib.util.find_spec("_quickjs")
+    if spec is None or spec.origin is None:
+        raise VmUnavailable("the program tool needs the `quickjs` package (pip install quickjs==1.19.4)")
+    return str(Path(spec.origin).parent)
+
+
+class _Spawner:
+    """One long-lived thread that forks every child, so ``PR_SET_PDEATHSIG`` (which follows the
+    forking thread) fires only when this process ends, never when some short-lived thread does."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self._jobs: collections.deque[concurrent.futures.Future[subprocess.Popen[bytes]]] = (
+            collections.deque()
+        )
+        self._wake = threading.Condition()
+        self._thread = threading.Thread(target=self._loop, name="a3s-quickjs-spawner", daemon=True)
+        self._thread.start()
+
+    def spawn(self) -> concurrent.futures.Future[subprocess.Popen[bytes]]:
+        fut: concurrent.futures.Future[subprocess.Popen[bytes]] = concurrent.futures.Future()
+        with self._wake:
+            self._jobs.append(fut)
+            self._wake.notify()
+        return fut
+
+    def _loop(self) -> None:
+        site = _site_dir_or_none()
+        while True:
+            with self._wake:
+                while not self._jobs:
+                    self._wake.wait()
+                fut = self._jobs.popleft()
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                if site is None:
+                    raise VmUnavailable(
+                        "the program tool needs the `quickjs` package (pip install quickjs==1.19.4)"
+                    )
+                proc = subprocess.Popen(
+                    [sys.executable, "-I", "-S", str(CHILD), site, str(PRELUDE), str(os.getpid())],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env={},
+                    cwd="/",
+                    close_fds=True,
+                    start_new_session=True,
+                )
+            except Exception as exc:
+                fut.set_exception(VmUnavailable(f"cannot start the QuickJS child: {exc}"))
+            else:
+                fut.set_result(proc)
+
+
+def _site_dir_or_none() -> str | None:
+    try:
+        return _site_dir()
+    except VmUnavailable:
+        return None
+
+
+class VmPool:
+    """Up to ``size`` warm children (bridge loaded, waiting for a job); refilled in the background."""
+
+    def __init__(self, size: int = DEFAULT_POOL_SIZE) -> None:
+        self.size = size
+        self.pid = os.getpid()
+        self._spawner = _Spawner()
+        self._idle: collections.deque[concurrent.futures.Future[subprocess.Popen[bytes]]] = (
+            collections.deque()
+        )
+        self._lock = threading.Lock()
+        self.spawned = 0
+
+    def take(self) -> concurrent.futures.Future[subprocess.Popen[bytes]]:
+        """A started child (perhaps still loading); the pool starts a replacement."""
+        with self._lock:
+            fut = None
+            while self._idle:
+                cand = self._idle.popleft()
+                if cand.done() and (cand.exception() is not None or cand.result().poll() is not None):
+                    if cand.exception() is None:
+                        _discard(cand.result())
+                    continue
+                fut = cand
+                break
+            if fut is None:
+                fut = self._spawner.spawn()
+                self.spawned += 1
+            while len(self._idle) < self.size:
+                self._idle.append(self._spawner.spawn())
+                self.spawned += 1
+        return fut
+
+    def shutdown(self) -> None:
+        with self._lock:
+            idle, self._idle = list(self._idle), collections.deque()
+        for fut in idle:
+            with contextlib.suppress(Exception):
+                proc = fut.result(timeout=REAP_TIMEOUT_S)
+                _kill(proc)
+                _discard(proc)
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: the parent's warm children are not ours; close our copies of their pipes."""
+        for fut in self._idle:
+            if fut.done() and fut.exception() is None:
+                proc = fut.result()
+                for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                    if pipe is not None:
+                        with contextlib.suppress(OSError):
+                            pipe.close()
+                proc.returncode = 0  # never waited on here: it is the parent's child
+        self._idle.clear()
+
+
+_POOL: VmPool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def pool() -> VmPool:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL.pid != os.getpid():
+            _POOL = VmPool()
+        return _POOL
+
+
+def _after_fork() -> None:
+    global _POOL
+    if _POOL is not None:
+        _POOL.forget_after_fork()
+    _POOL = None
+
+
+def _at_exit() -> None:
+    if _POOL is not None and _POOL.pid == os.getpid():
+        _POOL.shutdown()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+atexit.register(_at_exit)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, 9)
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+
+
+def _discard(proc: subprocess.Popen[bytes]) -> None:
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=REAP_TIMEOUT_S)
+
+
+class _Channel:
+    """The child's pipes attached to the running event loop for one run."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
+        self.writer: asyncio.WriteTransport | None = None
+        self._transports: list[asyncio.BaseTransport] = []
+        self.stderr = bytearray()
+
+    async def open(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self.proc.stdout is not None and self.proc.stdin is not None and self.proc.stderr is not None
+        rt, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(self.reader), self.proc.stdout
+        )
+        self._transports.append(rt)
+        wt, _ = await loop.connect_write_pipe(asyncio.Protocol, self.proc.stdin)
+        self.writer = wt
+        self._transports.append(wt)
+        tail = self.stderr
+
+        class _Tail(asyncio.Protocol):
+            def data_received(self, data: bytes) -> None:
+                tail.extend(data)
+                del tail[:-STDERR_TAIL_BYTES]
+
+        et, _ = await loop.connect_read_pipe(_Tail, self.proc.stderr)
+        self._transports.append(et)
+
+    def send(self, obj: Any) -> None:
+        assert self.writer is not None
+        self.writer.write(json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
+
+    async def receive(self) -> dict[str, Any] | None:
+        line = await self.reader.readline()
+        if not line:
+            return None
+        msg = json.loads(line)
+        return msg if isinstance(msg, dict) else None
+
+    def close(self) -> None:
+        for t in self._transports:
+            t.close()
+
+
+async def run_script(
+    job: dict[str, Any],
+    handle: Handler,
+    deadline: float,
+    *,
+    vm_pool: VmPool | None = None,
+) -> VmOutcome:
+    """Run one script to its end (see the module docstring). ``deadline`` is in ``loop.time()``."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    timeout_ms = max(1, int((deadline - started) * 1000))
+    fut = (vm_pool or pool()).take()
+    try:
+        proc = await asyncio.shield(asyncio.wrap_future(fut))
+    except asyncio.CancelledError:
+        fut.add_done_callback(_drop_started)  # a child still starting must not be left behind
+        raise
+    channel = _Channel(proc)
+    outcome: VmOutcome | None = None
+    _ACTIVE.add(proc.pid)
+    try:
+        await channel.open()
+        ready = await _receive_by(channel, deadline + GRACE_S)
+        if ready is None or ready.get("t") != "ready":
+            outcome = _crashed(proc, channel, "the QuickJS child did not start")
+            return outcome
+        channel.send({**job, "timeoutMs": timeout_ms})
+        while True:
+            msg = await _receive_by(channel, deadline + GRACE_S)
+            if msg is None:
+                outcome = _crashed(proc, channel, "the QuickJS child exited unexpectedly")
+                return outcome
+            if msg.get("t") == "calls":
+                calls = msg.get("calls")
+                if not isinstance(calls, list):
+                    outcome = VmOutcome(False, kind="protocol", error="malformed request from the VM")
+                    return outcome
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        replies = await handle(calls)
+                except TimeoutError:
+                    outcome = VmOutcome(False, kind="timeout", error="program script timed out")
+                    return outcome
+                except HandlerAbort as abort:
+                    outcome = VmOutcome(False, kind="aborted", error=str(abort.error))
+                    outcome.value = abort.error
+                    return outcome
+                channel.send(replies)
+                continue
+            if msg.get("t") == "done":
+                outcome = _finished(msg)
+                return outcome
+            outcome = VmOutcome(False, kind="protocol", error="unexpected message from the VM")
+            return outcome
+    except TimeoutError:
+        outcome = VmOutcome(False, kind="timeout", error="program script timed out")
+        return outcome
+    except (ValueError, asyncio.LimitOverrunError, asyncio.IncompleteReadError) as exc:
+        outcome = VmOutcome(
+            False,
+            kind="protocol",
+            error=f"the VM sent a message over {MAX_LINE_BYTES} bytes or bad JSON: {exc}",
+        )
+        return outcome
+    finally:
+        if outcome is None or outcome.kind in _KILL_AFTER:
+            _kill(proc)  # cancelled, past the deadline, or misbehaving: no settle beyond the grace
+        channel.close()
+        if outcome is not None:
+            outcome.duration_ms = int((loop.time() - started) * 1000)
+        await _reap(proc)
+        _ACTIVE.discard(proc.pid)
+
+
+def _drop_started(fut: concurrent.futures.Future[subprocess.Popen[bytes]]) -> None:
+    if not fut.cancelled() and fut.exception() is None:
+        proc = fut.result()
+        _kill(proc)
+        threading.Thread(target=_discard, args=(proc,), daemon=True).start()
+
+
+def active_pids() -> set[int]:
+    """Children running a script right now."""
+    return set(_ACTIVE)
+
+
+async def _receive_by(channel: _Channel, when: float) -> dict[str, Any] | None:
+    async with asyncio.timeout_at(when):
+        return await channel.receive()
+
+
+async def _reap(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        _close_pipes(proc)
+        return
+    try:
+        await asyncio.to_thread(proc.wait, REAP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        await asyncio.to_thread(proc.wait, REAP_TIMEOUT_S)
+    _close_pipes(proc)
+
+
+def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+
+
+def _crashed(proc: subprocess.Popen[bytes], channel: _Channel, what: str) -> VmOutcome:
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=0.2)
+    code = proc.returncode
+    how = f" (signal {-code})" if code is not None and code < 0 else f" (exit {code})" if code else ""
+    tail = bytes(channel.stderr).decode("utf-8", "replace").strip().splitlines()[-3:]
+    detail = f": {' | '.join(tail)}" if tail else ""
+    return VmOutcome(False, kind="crash", error=f"{what}{how}{detail}")
+
+
+def _finished(msg: dict[str, Any]) -> VmOutcome:
+    logs = [str(x) for x in msg.get("logs") or []][:1000]
+    result = msg.get("result")
+    if isinstance(result, dict):
+        if result.get("ok"):
+            return VmOutcome(True, value=result.get("value"), logs=logs)
+        error = str(result.get("error", ""))
+        kind = _rejection_kind(error)
+        ek = result.get("errorKind")
+        return VmOutcome(
+            False,
+            kind=kind,
+            error=_trim_stack(error),
+            error_kind=ek if isinstance(ek, dict) else None,
+            logs=logs,
+        )
+    return VmOutcome(False, kind=str(msg.get("kind") or "script"), error=str(msg.get("error", "")), logs=logs)
+
+
+def _rejection_kind(error: str) -> str:
+    """A rejected entry promise: the VM's own limits surface as InternalErrors."""
+    if error.startswith("InternalError: out of memory"):
+        return "memory"
+    if error.startswith("InternalError: stack overflow"):
+        return "stack"
+    if error.startswith("InternalError: interrupted"):
+        return "timeout"
+    return "script"
+
+
+def _trim_stack(error: str) -> str:
+    """Drop the bridge's own frames (``start``, ``<eval>``) and collapse repeated frames."""
+    out: list[str] = []
+    repeats = 0
+    for line in error.splitlines():
+        s = line.strip()
+        if s.startswith("at start (") or s.startswith("at <eval>"):
+            continue
+        if out and line == out[-1]:
+            repeats += 1
+            continue
+        if repeats:
+            out.append(f"    ... ({repeats} more identical frames)")
+            repeats = 0
+        out.append(line)
+    if repeats:
+        out.append(f"    ... ({repeats} more identical frames)")
+    text = "\n".join(out).strip()
+    return text[:4096]

@@ -1,0 +1,179 @@
+"""The QuickJS child process: runs one script, talks to its host over JSON lines on stdin/stdout.
+
+Started as ``python -I -S vm_child.py SITE_DIR PRELUDE PARENT_PID`` with an empty environment and
+``/`` as its working directory; it imports nothing but the standard library's C parts and the
+``_quickjs`` extension (no ``json``, no project code: JSON is parsed by the VM itself, which keeps a
+cold start cheap). Invariants:
+
+- it dies with its parent: ``PR_SET_PDEATHSIG`` (SIGKILL) plus a parent-pid check for the race
+  before it, and EOF on stdin whenever it waits for the host;
+- rlimits back up the VM's own limits: address space (``AS_LIMIT_BYTES``), CPU seconds (the
+  deadline plus slack), no core files, no file writes;
+- one script per process: the host never sends a second job, and the process exits after it;
+- every pump of the VM (evaluation, pending jobs, settling) runs under ``set_time_limit`` set to the
+  time left before the deadline; the host still kills the process 500 ms after the deadline, so a
+  hang in native code cannot outlive it.
+
+Lines out: ``{"t":"ready"}`` once the bridge is loaded, ``{"t":"calls","calls":[…]}`` when the
+script waits on host requests, ``{"t":"done", …}`` at the end. Lines in: the job (``{"profile",
+"inputs", "source", "timeoutMs", …}``), then one ``[{"id","ok","value"}, …]`` per ``calls``.
+"""
+
+import os
+import resource
+import sys
+import time
+
+MEMORY_LIMIT_BYTES = 64 * 1024 * 1024
+STACK_LIMIT_BYTES = 512 * 1024
+AS_LIMIT_BYTES = 320 * 1024 * 1024
+CPU_SLACK_S = 5
+PR_SET_PDEATHSIG = 1
+SIGKILL = 9
+
+
+def _tie_to_parent(parent_pid: int) -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
+    except Exception:
+        pass  # not Linux, or no libc: stdin EOF and the host's kill still end us
+    if os.getppid() != parent_pid:
+        os._exit(3)  # the parent died before the signal was armed
+
+
+def _limit(which: int, value: int) -> None:
+    try:
+        resource.setrlimit(which, (value, value))
+    except (ValueError, OSError):
+        pass
+
+
+def _write(line: str) -> None:
+    data = (line + "\n").encode("utf-8", "surrogatepass")
+    view = memoryview(data)
+    while view:
+        n = os.write(1, view)
+        view = view[n:]
+
+
+def _quote(text: str) -> str:
+    """A JSON string literal without the json module (only for our own error texts)."""
+    out = ['"']
+    for ch in text:
+        code = ord(ch)
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif code < 0x20:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _done_error(kind: str, message: str, logs: str = "[]") -> None:
+    _write(f'{{"t":"done","ok":false,"kind":{_quote(kind)},"error":{_quote(message[:8192])},"logs":{logs}}}')
+
+
+def _classify(exc: BaseException) -> str:
+    text = str(exc)
+    if type(exc).__name__ == "StackOverflow" or text.startswith("InternalError: stack overflow"):
+        return "stack"
+    if text.startswith("InternalError: interrupted"):
+        return "timeout"
+    if text.startswith("InternalError: out of memory"):
+        return "memory"
+    if text.startswith("SyntaxError"):
+        return "syntax"
+    return "script"
+
+
+def main() -> None:
+    site, prelude_path, parent_pid = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    _tie_to_parent(parent_pid)
+    _limit(resource.RLIMIT_CORE, 0)
+    _limit(resource.RLIMIT_FSIZE, 0)
+    _limit(resource.RLIMIT_AS, AS_LIMIT_BYTES)
+    sys.path.append(site)
+    import _quickjs
+
+    with open(prelude_path, encoding="utf-8") as fh:
+        prelude = fh.read()
+    ctx = _quickjs.Context()
+    ctx.set_memory_limit(MEMORY_LIMIT_BYTES)
+    ctx.set_max_stack_size(STACK_LIMIT_BYTES)
+    ctx.eval(prelude)
+    bridge = {
+        name: ctx.eval("__a3s." + name) for name in ("job", "timeoutMs", "start", "next", "settle", "logs")
+    }
+    _write('{"t":"ready"}')
+
+    stdin = sys.stdin.buffer
+    line = stdin.readline()
+    if not line:
+        return  # the host went away (or released a pooled child)
+    started = time.monotonic()
+    source = bridge["job"](line.decode("utf-8", "surrogatepass"))
+    timeout_s = float(bridge["timeoutMs"]()) / 1000.0
+    _limit(resource.RLIMIT_CPU, int(timeout_s) + CPU_SLACK_S)
+    deadline = started + timeout_s
+
+    def limited(fn, *args):
+        """Call into the VM with the time left before the deadline as its time limit."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        ctx.set_time_limit(left)
+        try:
+            return fn(*args)
+        finally:
+            ctx.set_time_limit(-1)
+
+    def run_jobs() -> None:
+        while limited(ctx.execute_pending_job):
+            pass
+
+    def logs() -> str:
+        try:
+            return str(bridge["logs"]())
+        except Exception:
+            return "[]"
+
+    try:
+        limited(ctx.eval, source)
+        if limited(bridge["start"]) == "no_entry":
+            _done_error("no_entry", "program script must define async function run(ctx, inputs)")
+            return
+        while True:
+            run_jobs()
+            out = limited(bridge["next"])
+            if not out:
+                _done_error(
+                    "deadlock", "program script is waiting on a promise that nothing will settle", logs()
+                )
+                return
+            _write(out)
+            if out.startswith('{"t":"done"'):
+                return
+            reply = stdin.readline()
+            if not reply:
+                return  # the host went away
+            limited(bridge["settle"], reply.decode("utf-8", "surrogatepass"))
+    except TimeoutError:
+        _done_error("timeout", "program script timed out", logs())
+    except MemoryError:
+        _done_error("memory", "program script ran out of memory")
+    except Exception as exc:  # the VM's JSException / StackOverflow: classified, never a traceback
+        kind = _classify(exc)
+        if kind == "timeout" and time.monotonic() < deadline - 0.05:
+            kind = "script"  # a script that throws its own "interrupted" error has not timed out
+        _done_error(kind, str(exc), logs())
+
+
+if __name__ == "__main__":
+    main()
