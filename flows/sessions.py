@@ -30,6 +30,7 @@ from typing import Any
 
 from flows.loop import LoopThread
 from flows.snapshot import build_snapshot, check_snapshot
+from flows.workflow.tool import workflow_tool
 from kernel.artifacts import ArtifactStore, MemoryArtifactStore
 from kernel.budget import Budget
 from kernel.clock import IdFactory, SystemClock
@@ -201,9 +202,12 @@ class SessionFactory:
         if "event_sink" in options.services:
             all_sinks.append(options.services["event_sink"])
         registry = Registry(
-            builtin_tools(
-                ws.capabilities, retrieval_enabled=options.workspace_retrieval, services=options.services
-            )
+            [
+                *builtin_tools(
+                    ws.capabilities, retrieval_enabled=options.workspace_retrieval, services=options.services
+                ),
+                workflow_tool(options.offer_dynamic_workflow),  # hidden unless the host offers it
+            ]
         )
         for spec in self.extra:
             registry.register(spec)  # dynamic: never built-in trust (K-2)

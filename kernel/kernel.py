@@ -56,7 +56,7 @@ from kernel.shell_commands import Subject, command_subjects_or_opaque
 from kernel.spec import ToolSpec
 from kernel.workspace import Workspace
 
-RECURSION_GUARDED = frozenset({"batch", "program"})
+RECURSION_GUARDED = frozenset({"batch", "program", "dynamic_workflow"})
 MAX_EVENT_ARGS_BYTES = 16 * 1024
 MAX_ARGS_DEPTH = 64  # JSON nesting of a call's arguments; deeper is invalid_argument before validation
 MAX_ARGS_CONTAINERS = 1_000_000

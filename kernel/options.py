@@ -69,6 +69,9 @@ class SessionOptions:
     workspace_retrieval: bool = False
     artifact_store: Literal["file", "memory"] = "file"
     services: dict[str, Any] = field(default_factory=dict)
+    # Dynamic workflows (issue 11): `dynamic_workflow` is always callable (session.workflow), and
+    # shown to the model only when the host offers it.
+    offer_dynamic_workflow: bool = False
 
     def settings_json(self) -> dict[str, Any]:
         return {
@@ -85,4 +88,5 @@ class SessionOptions:
             "search_breaker_scope": self.search_breaker_scope,
             "workspace_retrieval": self.workspace_retrieval,
             "artifact_store": self.artifact_store,
+            "offer_dynamic_workflow": self.offer_dynamic_workflow,
         }

@@ -31,6 +31,8 @@ from orchestrator.fanout import (
     fan_out,
 )
 
+WORKFLOW_PROGRESS_POLL_S = 0.1
+
 
 class InvocationRuntime:
     """What a host tool gets for nested calls: always ``governed_nested`` (K-2)."""
@@ -288,6 +290,46 @@ class Session:
         from tools.program import normalize_program_options
 
         return self.tool("program", normalize_program_options({**(options or {}), **kwargs}))
+
+    def workflow(
+        self,
+        options: dict[str, Any] | None = None,
+        *,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+        **kwargs: Any,
+    ) -> ToolResult:
+        """F-7: run (or resume) a durable workflow — ``source`` or ``path`` (``async function run(wf,
+        input)``), ``input``, ``run_id``, ``limits`` (``maxConcurrentSteps``, ``maxConcurrentGenerations``,
+        ``timeoutMs``; snake_case accepted). Trusted host-direct: its steps are ``trusted_host_nested``
+        embedded, host-direct jobs on a fleet. The driver always runs here — never as a worker job —
+        so it holds no worker slot while steps run. ``progress(event)`` is called in this thread for
+        each step event (``step_started``, ``step_completed``, ``step_failed``, ``step_recovered``…)."""
+        from flows.workflow import normalize_workflow_options
+
+        args = normalize_workflow_options({**(options or {}), **kwargs})
+        run_id = args.setdefault("run_id", self.kernel.ids("wf"))
+        coro = self.kernel.invoke_host("dynamic_workflow", args)
+        if progress is None or self._closed:
+            return self._wait(coro, "dynamic_workflow")
+        after = max((e.seq for e in self.core.memory.snapshot()), default=0)
+        fut = self._loop.submit(coro)
+        while True:
+            try:
+                result: ToolResult | None = fut.result(timeout=WORKFLOW_PROGRESS_POLL_S)
+            except concurrent.futures.TimeoutError:
+                result = None
+            except concurrent.futures.CancelledError:
+                result = ToolResult.failure(
+                    "dynamic_workflow", Cancelled("workflow cancelled: session closed", op="dynamic_workflow")
+                )
+            for event in self.core.memory.snapshot(after):
+                after = event.seq
+                delta = event.data.get("delta") if event.type == "tool_output_delta" else None
+                view = delta.get("workflow") if isinstance(delta, dict) else None
+                if isinstance(view, dict) and view.get("run_id") == run_id:
+                    progress(view)
+            if result is not None:
+                return result
 
     def batch(self, invocations: list[dict[str, Any]], max_concurrency: int | None = None) -> ToolResult:
         args: dict[str, Any] = {"invocations": invocations}

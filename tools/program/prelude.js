@@ -125,6 +125,9 @@
     timeoutMs: function () {
       return job.timeoutMs;
     },
+    sliceMs: function () {
+      return typeof job.sliceMs === "number" && job.sliceMs > 0 ? job.sliceMs : 0;
+    },
     // After the script was evaluated: call its entry point with the context and the inputs.
     start: function () {
       let entry = globalThis.__a3s_default;
@@ -159,7 +162,7 @@
       return "";
     },
     // The child's next line: the outcome once the entry promise settled, else the queued requests,
-    // else "" (the script waits on something nothing will settle).
+    // else "" (nothing new to ask: wait for replies, or — with none pending — a deadlock).
     next: function () {
       if (outcome !== null) return '{"t":"done","result":' + outcome + ',"logs":' + JSON.stringify(logs) + "}";
       if (outbox.length === 0) return "";
@@ -175,6 +178,9 @@
         else p.reject(hostError(r.value));
       }
       return "";
+    },
+    waiting: function () {
+      return pending.size;
     },
     logs: function () {
       return JSON.stringify(logs);

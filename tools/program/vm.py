@@ -293,9 +293,15 @@ async def run_script(
     handle: Handler,
     deadline: float,
     *,
+    per_call: bool = False,
     vm_pool: VmPool | None = None,
 ) -> VmOutcome:
-    """Run one script to its end (see the module docstring). ``deadline`` is in ``loop.time()``."""
+    """Run one script to its end (see the module docstring). ``deadline`` is in ``loop.time()``.
+
+    ``handle`` answers the requests of one ``calls`` message together (``per_call=False``: a program's
+    batch, checked as a whole before any call runs) or each request on its own as soon as it is done
+    (``per_call=True``: workflow steps, which finish independently). Replies go back as they come.
+    """
     loop = asyncio.get_running_loop()
     started = loop.time()
     timeout_ms = max(1, int((deadline - started) * 1000))
@@ -307,6 +313,8 @@ async def run_script(
         raise
     channel = _Channel(proc)
     outcome: VmOutcome | None = None
+    handlers: set[asyncio.Task[list[dict[str, Any]]]] = set()
+    receiver: asyncio.Task[dict[str, Any] | None] | None = None
     _ACTIVE.add(proc.pid)
     try:
         await channel.open()
@@ -315,35 +323,28 @@ async def run_script(
             outcome = _crashed(proc, channel, "the QuickJS child did not start")
             return outcome
         channel.send({**job, "timeoutMs": timeout_ms})
-        while True:
-            msg = await _receive_by(channel, deadline + GRACE_S)
-            if msg is None:
-                outcome = _crashed(proc, channel, "the QuickJS child exited unexpectedly")
-                return outcome
-            if msg.get("t") == "calls":
-                calls = msg.get("calls")
-                if not isinstance(calls, list):
-                    outcome = VmOutcome(False, kind="protocol", error="malformed request from the VM")
-                    return outcome
-                try:
-                    async with asyncio.timeout_at(deadline):
-                        replies = await handle(calls)
-                except TimeoutError:
-                    outcome = VmOutcome(False, kind="timeout", error="program script timed out")
-                    return outcome
-                except HandlerAbort as abort:
-                    outcome = VmOutcome(False, kind="aborted", error=str(abort.error))
-                    outcome.value = abort.error
-                    return outcome
-                channel.send(replies)
-                continue
-            if msg.get("t") == "done":
-                outcome = _finished(msg)
-                return outcome
-            outcome = VmOutcome(False, kind="protocol", error="unexpected message from the VM")
-            return outcome
-    except TimeoutError:
-        outcome = VmOutcome(False, kind="timeout", error="program script timed out")
+        receiver = asyncio.ensure_future(channel.receive())
+        while outcome is None:
+            # Host calls are cut at the deadline; the child gets the grace to report on its own.
+            limit = (deadline if handlers else deadline + GRACE_S) - loop.time()
+            done, _ = await asyncio.wait(
+                {receiver, *handlers}, timeout=max(0.0, limit), return_when=asyncio.FIRST_COMPLETED
+            )
+            if not done:
+                outcome = VmOutcome(False, kind="timeout", error="program script timed out")
+                break
+            for task in done:
+                if task is receiver:
+                    outcome = _on_message(task.result(), proc, channel, handle, handlers, per_call)
+                    receiver = asyncio.ensure_future(channel.receive())
+                else:
+                    handlers.discard(task)  # type: ignore[arg-type]
+                    try:
+                        channel.send(task.result())
+                    except HandlerAbort as abort:
+                        outcome = VmOutcome(False, kind="aborted", error=str(abort.error), value=abort.error)
+                if outcome is not None:
+                    break
         return outcome
     except (ValueError, asyncio.LimitOverrunError, asyncio.IncompleteReadError) as exc:
         outcome = VmOutcome(
@@ -352,14 +353,49 @@ async def run_script(
             error=f"the VM sent a message over {MAX_LINE_BYTES} bytes or bad JSON: {exc}",
         )
         return outcome
+    except TimeoutError:
+        outcome = VmOutcome(False, kind="timeout", error="program script timed out")
+        return outcome
     finally:
         if outcome is None or outcome.kind in _KILL_AFTER:
             _kill(proc)  # cancelled, past the deadline, or misbehaving: no settle beyond the grace
+        pending = [t for t in (receiver, *handlers) if t is not None and not t.done()]
+        for task in pending:
+            task.cancel()  # a host call still running when the script ended is cancelled, and awaited
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
         channel.close()
         if outcome is not None:
+            if outcome.kind == "timeout" and loop.time() < deadline - 0.05:
+                # The VM was interrupted before the deadline: the per-slice cap (a runaway loop
+                # between host requests), or a script throwing its own "interrupted" error.
+                outcome.kind = "runaway" if job.get("sliceMs") else "script"
             outcome.duration_ms = int((loop.time() - started) * 1000)
         await _reap(proc)
         _ACTIVE.discard(proc.pid)
+
+
+def _on_message(
+    msg: dict[str, Any] | None,
+    proc: subprocess.Popen[bytes],
+    channel: _Channel,
+    handle: Handler,
+    handlers: set[asyncio.Task[list[dict[str, Any]]]],
+    per_call: bool,
+) -> VmOutcome | None:
+    """One message from the child: start its requests' handlers, or the run's outcome."""
+    if msg is None:
+        return _crashed(proc, channel, "the QuickJS child exited unexpectedly")
+    kind = msg.get("t")
+    if kind == "done":
+        return _finished(msg)
+    if kind != "calls" or not isinstance(msg.get("calls"), list):
+        return VmOutcome(False, kind="protocol", error="unexpected message from the VM")
+    calls = msg["calls"]
+    batches = [[c] for c in calls] if per_call else [calls]
+    for batch in batches:
+        handlers.add(asyncio.ensure_future(handle(batch)))
+    return None
 
 
 def _drop_started(fut: concurrent.futures.Future[subprocess.Popen[bytes]]) -> None:

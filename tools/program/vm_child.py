@@ -14,9 +14,10 @@ cold start cheap). Invariants:
   time left before the deadline; the host still kills the process 500 ms after the deadline, so a
   hang in native code cannot outlive it.
 
-Lines out: ``{"t":"ready"}`` once the bridge is loaded, ``{"t":"calls","calls":[…]}`` when the
-script waits on host requests, ``{"t":"done", …}`` at the end. Lines in: the job (``{"profile",
-"inputs", "source", "timeoutMs", …}``), then one ``[{"id","ok","value"}, …]`` per ``calls``.
+Lines out: ``{"t":"ready"}`` once the bridge is loaded, ``{"t":"calls","calls":[…]}`` whenever the
+script queued new host requests, ``{"t":"done", …}`` at the end. Lines in: the job (``{"profile",
+"inputs", "source", "timeoutMs", "sliceMs"?}``), then replies ``[{"id","ok","value"}, …]`` for any
+subset of the outstanding requests, in any order, as the host finishes them.
 """
 
 import os
@@ -109,7 +110,8 @@ def main() -> None:
     ctx.set_max_stack_size(STACK_LIMIT_BYTES)
     ctx.eval(prelude)
     bridge = {
-        name: ctx.eval("__a3s." + name) for name in ("job", "timeoutMs", "start", "next", "settle", "logs")
+        name: ctx.eval("__a3s." + name)
+        for name in ("job", "timeoutMs", "sliceMs", "start", "next", "settle", "waiting", "logs")
     }
     _write('{"t":"ready"}')
 
@@ -120,15 +122,16 @@ def main() -> None:
     started = time.monotonic()
     source = bridge["job"](line.decode("utf-8", "surrogatepass"))
     timeout_s = float(bridge["timeoutMs"]()) / 1000.0
+    slice_s = float(bridge["sliceMs"]()) / 1000.0 or None
     _limit(resource.RLIMIT_CPU, int(timeout_s) + CPU_SLACK_S)
     deadline = started + timeout_s
 
     def limited(fn, *args):
-        """Call into the VM with the time left before the deadline as its time limit."""
+        """Call into the VM with the time left before the deadline (or the slice cap) as its limit."""
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError
-        ctx.set_time_limit(left)
+        ctx.set_time_limit(min(left, slice_s) if slice_s else left)
         try:
             return fn(*args)
         finally:
@@ -152,14 +155,16 @@ def main() -> None:
         while True:
             run_jobs()
             out = limited(bridge["next"])
-            if not out:
+            if out:
+                _write(out)
+                if out.startswith('{"t":"done"'):
+                    return
+            elif not limited(bridge["waiting"]):
                 _done_error(
                     "deadlock", "program script is waiting on a promise that nothing will settle", logs()
                 )
                 return
-            _write(out)
-            if out.startswith('{"t":"done"'):
-                return
+            # Replies may come one request at a time (workflow steps finish independently).
             reply = stdin.readline()
             if not reply:
                 return  # the host went away
@@ -171,7 +176,9 @@ def main() -> None:
     except Exception as exc:  # the VM's JSException / StackOverflow: classified, never a traceback
         kind = _classify(exc)
         if kind == "timeout" and time.monotonic() < deadline - 0.05:
-            kind = "script"  # a script that throws its own "interrupted" error has not timed out
+            # Interrupted before the deadline: the per-slice cap (a runaway loop between host
+            # requests), or a script throwing its own "interrupted" error.
+            kind = "runaway" if slice_s else "script"
         _done_error(kind, str(exc), logs())
 
 

@@ -1,0 +1,202 @@
+"""Append-only workflow logs: the ``EventLog`` protocol and the embedded file log (F-3, F-7).
+
+``FileEventLog(root)`` keeps one JSON-lines file per run at ``<root>/.a3s/workflow/<run_id>.jsonl``:
+
+- the run id is checked (``events.check_run_id``) before it names anything;
+- ``.a3s`` and ``.a3s/workflow`` must be real directories: they are opened with ``O_NOFOLLOW`` and
+  every later step goes through their descriptors (``dir_fd``), so a symlink planted at either (or at
+  the log itself) is refused, never followed — the log can never be written outside the workspace;
+- the log must be a regular file; each event is one ``write`` of one line followed by ``fsync``
+  (the directory is fsynced when the log is created), so an event that was acknowledged survives a
+  crash of the process or the machine;
+- a torn last line (a crash in the middle of a write) is cut off before the next append; reading
+  skips it;
+- one driver per run at a time: ``open_for_run`` takes an exclusive ``flock`` on the log for as long
+  as the run is driven; a second driver of the same run id is refused (``version_conflict``), and
+  ``a3s-fleet workflow status`` reports a run whose log is locked as running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any, Protocol
+
+from flows.workflow.events import check_run_id
+from kernel.errors import InvalidArgument, NotFound, PathOutsideWorkspace, ToolError, VersionConflict
+
+LOG_DIR = (".a3s", "workflow")
+MAX_LOG_LINE_BYTES = 2 * 1024 * 1024
+
+
+class EventLog(Protocol):
+    """Where one run's history lives (a file embedded, a Redis stream on a fleet)."""
+
+    async def load(self) -> list[dict[str, Any]]: ...
+
+    async def append(self, envelope: dict[str, Any]) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class EventLogs(Protocol):
+    """Opens the log of a run for driving (exclusive) or for reading."""
+
+    async def open_for_run(self, run_id: str) -> EventLog: ...
+
+    async def read(self, run_id: str) -> list[dict[str, Any]]: ...
+
+    async def running(self, run_id: str) -> bool: ...
+
+    def location(self, run_id: str) -> str: ...
+
+
+def _open_dir(parent_fd: int | None, name: str, *, create: bool, path: str) -> int:
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o755, dir_fd=parent_fd)
+    try:
+        return os.open(name, flags, dir_fd=parent_fd)
+    except FileNotFoundError:
+        raise NotFound(f"no workflow log directory {path}", path=path) from None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise PathOutsideWorkspace(
+                f"{path} must be a real directory, not a symlink or a file", path=path
+            ) from None
+        raise ToolError(f"cannot open {path}: {exc.strerror}", op="workflow_log") from None
+
+
+class FileEventLogs:
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def location(self, run_id: str) -> str:
+        return str(self.root.joinpath(*LOG_DIR, f"{check_run_id(run_id)}.jsonl"))
+
+    def _dir(self, create: bool) -> int:
+        root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            a3s = _open_dir(root_fd, LOG_DIR[0], create=create, path=LOG_DIR[0])
+        finally:
+            os.close(root_fd)
+        try:
+            return _open_dir(a3s, LOG_DIR[1], create=create, path="/".join(LOG_DIR))
+        finally:
+            os.close(a3s)
+
+    def _open_log(self, run_id: str, *, create: bool) -> int:
+        name = f"{check_run_id(run_id)}.jsonl"
+        dir_fd = self._dir(create)
+        try:
+            flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+            try:
+                fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
+            except FileNotFoundError:
+                raise NotFound(f"no workflow run {run_id} in {self.root}", path=run_id) from None
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise PathOutsideWorkspace(f"workflow log {name} is a symlink", path=name) from None
+                raise
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise InvalidArgument(f"workflow log {name} is not a regular file")
+            if create:
+                os.fsync(dir_fd)
+            return fd
+        finally:
+            os.close(dir_fd)
+
+    async def open_for_run(self, run_id: str) -> FileEventLog:
+        fd = self._open_log(run_id, create=True)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise VersionConflict(
+                f"workflow run {run_id} is being driven by another process", path=run_id
+            ) from None
+        _cut_torn_tail(fd)
+        return FileEventLog(fd)
+
+    async def read(self, run_id: str) -> list[dict[str, Any]]:
+        fd = self._open_log(run_id, create=False)
+        try:
+            return _read_lines(fd)
+        finally:
+            os.close(fd)
+
+    async def running(self, run_id: str) -> bool:
+        try:
+            fd = self._open_log(run_id, create=False)
+        except NotFound:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+
+class FileEventLog:
+    """One run's log, held open (and locked) while the run is driven."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    async def load(self) -> list[dict[str, Any]]:
+        return _read_lines(self._fd)
+
+    async def append(self, envelope: dict[str, Any]) -> None:
+        line = (json.dumps(envelope, separators=(",", ":"), ensure_ascii=False) + "\n").encode(
+            "utf-8", "surrogatepass"
+        )
+        if len(line) > MAX_LOG_LINE_BYTES:
+            raise InvalidArgument(f"workflow event is {len(line)} bytes, over {MAX_LOG_LINE_BYTES}")
+        os.lseek(self._fd, 0, os.SEEK_END)
+        view = memoryview(line)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        os.fsync(self._fd)
+
+    async def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # releases the flock
+            self._fd = -1
+
+
+def _read_lines(fd: int) -> list[dict[str, Any]]:
+    size = os.fstat(fd).st_size
+    data = os.pread(fd, size, 0)
+    out: list[dict[str, Any]] = []
+    for raw in data.split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            item = json.loads(raw)
+        except ValueError:
+            continue  # a torn line: skipped on read, cut before the next append
+        if isinstance(item, dict):
+            out.append(item)
+    return out
+
+
+def _cut_torn_tail(fd: int) -> None:
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return
+    tail = os.pread(fd, min(size, MAX_LOG_LINE_BYTES + 1), max(0, size - MAX_LOG_LINE_BYTES - 1))
+    if tail.endswith(b"\n"):
+        return
+    cut = tail.rfind(b"\n")
+    keep = size - len(tail) + cut + 1 if cut >= 0 else 0
+    os.ftruncate(fd, keep)
+    os.fsync(fd)
