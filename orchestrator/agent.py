@@ -105,6 +105,10 @@ class Agent:
             hooks = options.pre_tool_hooks or options.post_tool_hooks
             session.runner = HostGatedRunner(core.kernel, remote) if hooks else remote
             session.remote = True
+            # Workflows: steps become jobs of this runner; the history goes to a Redis Stream.
+            from orchestrator.dispatch_workflow import fleet_workflow_services
+
+            core.kernel.services.update(fleet_workflow_services(session.runner, self.settings))
         self._sessions.append(session)
         return session
 

@@ -9,7 +9,8 @@ envelope names the session snapshot by its digest, and does its own fan-in — n
   so it crosses the broker once per run instead of once per job) and starts one reader for the run;
 - branches submitted in the same event-loop turn are published in one batch, from a thread (the
   Celery producer is blocking I/O), in one Redis pipeline where kombu supports it (``_publish``); each message is labelled for Flower (``shadow`` name
-  ``a3s.tool:<run_id>:<index>``, ``kwargsrepr`` with run id, branch index, description, tool);
+  ``a3s.tool:<run_id>:<index>`` — ``<run_id>:<step_id>`` for a workflow step —, ``kwargsrepr`` with
+  run id, branch index, description, tool, step id);
 - workers push each result onto the run's list before acknowledging the job; the reader pops them
   (``BLPOP``, the default ``wait="list"``) or polls the Celery result backend (``wait="poll"``,
   kept for the benchmark's comparison) and resolves the branch's future; a duplicate delivery's
@@ -250,7 +251,7 @@ class CeleryRunner:
             run_id=run.run_id,
             branch_index=index,
             description=branch.description,
-            idempotency_key=f"{run.run_id}:{index}" if self.idempotent else None,
+            idempotency_key=(branch.key or f"{run.run_id}:{index}") if self.idempotent else None,
             origin=self.origin,
         ).model_dump(mode="json", exclude_none=True)  # no "snapshot": null on the wire
         label = {
@@ -258,11 +259,12 @@ class CeleryRunner:
             "branch_index": index,
             "description": branch.description[:120],
             "tool": branch.tool,
+            **({"step_id": branch.label} if branch.label else {}),
         }
         return {
             "task_id": run.task_ids[index],
             "kwargs": {"envelope": envelope},
-            "shadow": f"{TOOL_TASK}:{run.run_id}:{index}",
+            "shadow": f"{TOOL_TASK}:{run.run_id}:{(branch.label or str(index))[:100]}",
             "kwargsrepr": json.dumps(label),
             "argsrepr": "()",
             "ignore_result": self.wait == "list",

@@ -18,6 +18,7 @@ providers that have typed evidence a retry is safe.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,10 @@ class Branch:
     tool: str
     args: dict[str, Any]
     description: str = ""
+    # A workflow step names its own idempotency key (stable across driver restarts) and its Flower
+    # label (the step id); plain fan-out branches use ``<run_id>:<index>`` for both.
+    key: str | None = None
+    label: str | None = None
 
 
 @dataclass
@@ -221,9 +226,7 @@ class HostGatedRunner:
         admitted = await self.kernel.admit_host(branch.tool, branch.args)
         if isinstance(admitted, ToolResult):
             return admitted
-        result = await self.remote.run_branch(
-            run_id, index, Branch(branch.tool, admitted, branch.description)
-        )
+        result = await self.remote.run_branch(run_id, index, dataclasses.replace(branch, args=admitted))
         return await self.kernel.post_remote(branch.tool, admitted, result)
 
     async def aclose(self) -> None:

@@ -269,11 +269,9 @@ class _Run:
         except ToolError as err:
             return [{"id": cid, "ok": False, "value": _step_error(step_id, err)}]
         if result.exit_code != 0:
-            err = error_from_kind(
-                result.error_kind, f"step {step_id!r} ({tool}) failed: {result.output[:2000]}"
-            )
-            value = _step_error(step_id, err)
-            value["exitCode"] = result.exit_code
+            message = f"step {step_id!r} ({tool}) failed: {result.output[:2000]}"
+            value = {"message": message, "stepId": step_id, "exitCode": result.exit_code}
+            value["errorKind"] = result.error_kind  # None for an untyped failure (a non-zero exit)
             return [{"id": cid, "ok": False, "value": value}]
         meta = compact_metadata(result.metadata, MAX_STEP_METADATA_BYTES)
         return [{"id": cid, "ok": True, "value": {"output": result.output, "exitCode": 0, "metadata": meta}}]
@@ -377,7 +375,7 @@ class _Run:
             out.reason = "timed_out"
             await self.emit({"type": "run_timed_out", "timeout_ms": self.limits.timeout_ms})
         else:
-            out.reason = "step" if vm.error_kind else "script"
+            out.reason = "step" if vm.step_id else "script"
             await self.emit(
                 {"type": "run_failed", "error": {"message": err.message, "error_kind": out.error_kind}}
             )

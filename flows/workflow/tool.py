@@ -111,7 +111,7 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
     limits = WorkflowLimits(
         params.limits.maxConcurrentSteps, params.limits.maxConcurrentGenerations, params.limits.timeoutMs
     )
-    run_id = params.run_id or ctx.new_id("wf")
+    run_id = params.run_id if params.run_id is not None else ctx.new_id("wf")
     driver = WorkflowDriver(
         _logs(ctx),
         runner,

@@ -67,6 +67,7 @@ class VmOutcome:
     error: str = ""
     error_kind: dict[str, Any] | None = None
     logs: list[str] = field(default_factory=list)
+    step_id: str | None = None  # a workflow step's rejection that ended the script
     duration_ms: int = 0
 
 
@@ -452,13 +453,14 @@ def _finished(msg: dict[str, Any]) -> VmOutcome:
             return VmOutcome(True, value=result.get("value"), logs=logs)
         error = str(result.get("error", ""))
         kind = _rejection_kind(error)
-        ek = result.get("errorKind")
+        ek, step = result.get("errorKind"), result.get("stepId")
         return VmOutcome(
             False,
             kind=kind,
             error=_trim_stack(error),
             error_kind=ek if isinstance(ek, dict) else None,
             logs=logs,
+            step_id=step if isinstance(step, str) else None,
         )
     return VmOutcome(False, kind=str(msg.get("kind") or "script"), error=str(msg.get("error", "")), logs=logs)
 

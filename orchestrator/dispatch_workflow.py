@@ -1,0 +1,183 @@
+"""Workflows on a fleet: steps as Celery jobs, history in a Redis Stream (SPEC F-1, F-3, F-5, F-7).
+
+``fleet_workflow_services(runner, settings)`` gives a fleet session the two services the
+``dynamic_workflow`` tool looks for (``flows.workflow.tool``):
+
+- ``workflow_step_runner`` — ``BranchStepRunner``: each step is one branch of the session's
+  ``CeleryRunner`` under the workflow's run id, i.e. one ``a3s.tool`` job labelled
+  ``a3s.tool:<run_id>:<step_id>`` for Flower. Its idempotency key is
+  ``wf:<query digest>:<step_id>`` — stable across driver restarts — so the workers' step store
+  (F-3: run id, query, key) recovers a step that completed on a worker while no driver listened (a
+  SIGKILLed CLI) instead of running it again, and a worker killed mid-step has its job redelivered
+  and run or recovered exactly once in effect. The driver itself stays in this process and holds no
+  worker slot while steps run;
+- ``workflow_logs`` — ``RedisEventLogs``: one Stream per run, ``a3s:workflow:<run_id>``, one
+  ``XADD`` per event (field ``envelope``: the JSON envelope), expiring ``LOG_TTL_MS`` after its last
+  event; one driver per run at a time through the lease key ``a3s:workflow:<run_id>:lock`` (renewed
+  every ``LOCK_RENEW_S`` while the run is driven; a driver that died frees it within
+  ``LOCK_LEASE_MS``, and the next driver of that run waits that long for it before giving up).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import time
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from config.settings import Settings
+from flows.workflow import StepCall, check_run_id
+from flows.workflow.events import digest
+from kernel.errors import Transport, VersionConflict
+from kernel.result import ToolResult
+from orchestrator.fanout import Branch, BranchRunner
+
+KEY_PREFIX = "a3s:workflow"
+LOCK_LEASE_MS = 10_000
+LOCK_RENEW_S = 3.0
+LOCK_POLL_S = 0.25
+LOG_TTL_MS = 7 * 24 * 3600_000
+CONNECTION_ERRORS = (ConnectionError, OSError, aioredis.ConnectionError, aioredis.TimeoutError)
+
+# Delete the lock only when we still hold it (KEYS: lock; ARGV: token).
+RELEASE_LUA = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+RENEW_LUA = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0"
+
+
+class BranchStepRunner:
+    """A workflow step as one fleet job (see the module docstring)."""
+
+    def __init__(self, runner: BranchRunner) -> None:
+        self.runner = runner
+        self._index = itertools.count()
+
+    async def run_step(self, call: StepCall) -> ToolResult:
+        branch = Branch(
+            call.tool,
+            call.args,
+            f"workflow {call.run_id} step {call.step_id}",
+            key=step_key(call.query, call.step_id),
+            label=call.step_id,
+        )
+        return await self.runner.run_branch(call.run_id, next(self._index), branch)
+
+
+def step_key(query: str, step_id: str) -> str:
+    return f"wf:{digest(query)[:16]}:{step_id}"
+
+
+def _client(url: str) -> aioredis.Redis:
+    return aioredis.Redis.from_url(url, decode_responses=True, socket_timeout=10, socket_connect_timeout=5)
+
+
+def _stream(run_id: str) -> str:
+    return f"{KEY_PREFIX}:{check_run_id(run_id)}"
+
+
+class RedisEventLogs:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def location(self, run_id: str) -> str:
+        return f"redis stream {_stream(run_id)}"
+
+    async def open_for_run(self, run_id: str) -> RedisEventLog:
+        client = _client(self.url)
+        token = f"{os.uname().nodename}:{os.getpid()}:{time.monotonic_ns()}"
+        lock = f"{_stream(run_id)}:lock"
+        deadline = time.monotonic() + LOCK_LEASE_MS / 1000 + 1
+        try:
+            while not await client.set(lock, token, nx=True, px=LOCK_LEASE_MS):
+                if time.monotonic() > deadline:
+                    raise VersionConflict(
+                        f"workflow run {run_id} is being driven by another process", path=run_id
+                    )
+                await asyncio.sleep(LOCK_POLL_S)
+        except CONNECTION_ERRORS as exc:
+            await client.aclose()
+            raise Transport(f"workflow log: redis unreachable: {exc}", op="redis") from exc
+        except BaseException:
+            await client.aclose()
+            raise
+        return RedisEventLog(client, run_id, lock, token)
+
+    async def read(self, run_id: str) -> list[dict[str, Any]]:
+        client = _client(self.url)
+        try:
+            return await _load(client, _stream(run_id))
+        except CONNECTION_ERRORS as exc:
+            raise Transport(f"workflow log: redis unreachable: {exc}", op="redis") from exc
+        finally:
+            await client.aclose()
+
+    async def running(self, run_id: str) -> bool:
+        client = _client(self.url)
+        try:
+            return bool(await client.exists(f"{_stream(run_id)}:lock"))
+        finally:
+            await client.aclose()
+
+
+class RedisEventLog:
+    def __init__(self, client: aioredis.Redis, run_id: str, lock: str, token: str) -> None:
+        self.client = client
+        self.key = _stream(run_id)
+        self.lock = lock
+        self.token = token
+        self._renewer = asyncio.ensure_future(self._renew())
+
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(LOCK_RENEW_S)
+            with contextlib.suppress(*CONNECTION_ERRORS):
+                await self.client.eval(RENEW_LUA, 1, self.lock, self.token, LOCK_LEASE_MS)
+
+    async def load(self) -> list[dict[str, Any]]:
+        try:
+            return await _load(self.client, self.key)
+        except CONNECTION_ERRORS as exc:
+            raise Transport(f"workflow log: redis unreachable: {exc}", op="redis") from exc
+
+    async def append(self, envelope: dict[str, Any]) -> None:
+        body = json.dumps(envelope, separators=(",", ":"), ensure_ascii=False)
+        try:
+            async with self.client.pipeline(transaction=True) as pipe:
+                pipe.xadd(self.key, {"envelope": body})
+                pipe.pexpire(self.key, LOG_TTL_MS)
+                await pipe.execute()
+        except CONNECTION_ERRORS as exc:
+            raise Transport(f"workflow log: cannot append to {self.key}: {exc}", op="redis") from exc
+
+    async def close(self) -> None:
+        self._renewer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._renewer
+        with contextlib.suppress(*CONNECTION_ERRORS):
+            await self.client.eval(RELEASE_LUA, 1, self.lock, self.token)
+        await self.client.aclose()
+
+
+async def _load(client: aioredis.Redis, key: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for _id, fields in await client.xrange(key, "-", "+"):
+        try:
+            item = json.loads(fields.get("envelope", ""))
+        except ValueError:
+            continue
+        if isinstance(item, dict):
+            out.append(item)
+    return out
+
+
+def fleet_workflow_services(runner: BranchRunner, settings: Settings) -> dict[str, Any]:
+    from workers.runtime import state_url
+
+    return {
+        "workflow_step_runner": BranchStepRunner(runner),
+        "workflow_logs": RedisEventLogs(state_url(settings)),
+    }
