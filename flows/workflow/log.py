@@ -3,9 +3,11 @@
 ``FileEventLog(root)`` keeps one JSON-lines file per run at ``<root>/.a3s/workflow/<run_id>.jsonl``:
 
 - the run id is checked (``events.check_run_id``) before it names anything;
-- ``.a3s`` and ``.a3s/workflow`` must be real directories: they are opened with ``O_NOFOLLOW`` and
-  every later step goes through their descriptors (``dir_fd``), so a symlink planted at either (or at
-  the log itself) is refused, never followed — the log can never be written outside the workspace;
+- ``.a3s`` and ``.a3s/workflow`` must be real directories: they are opened one component at a time
+  with ``O_NOFOLLOW`` (``kernel.statedir.open_state_dir``) and the log is opened relative to their
+  descriptor, so a symlink planted at either (or at the log itself) is refused
+  (``permission_denied``, reason ``state_dir_not_a_directory``), never followed — the log can never
+  be written outside the workspace;
 - the log must be a regular file; each event is one ``write`` of one line followed by ``fsync``
   (the directory is fsynced when the log is created), so an event that was acknowledged survives a
   crash of the process or the machine;
@@ -18,7 +20,7 @@
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import errno
 import fcntl
 import json
@@ -28,7 +30,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from flows.workflow.events import check_run_id
-from kernel.errors import InvalidArgument, NotFound, PathOutsideWorkspace, ToolError, VersionConflict
+from kernel.errors import InvalidArgument, NotFound, PermissionDenied, VersionConflict
+from kernel.statedir import open_state_dir
 
 LOG_DIR = (".a3s", "workflow")
 MAX_LOG_LINE_BYTES = 2 * 1024 * 1024
@@ -56,23 +59,6 @@ class EventLogs(Protocol):
     def location(self, run_id: str) -> str: ...
 
 
-def _open_dir(parent_fd: int | None, name: str, *, create: bool, path: str) -> int:
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    if create:
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(name, 0o755, dir_fd=parent_fd)
-    try:
-        return os.open(name, flags, dir_fd=parent_fd)
-    except FileNotFoundError:
-        raise NotFound(f"no workflow log directory {path}", path=path) from None
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise PathOutsideWorkspace(
-                f"{path} must be a real directory, not a symlink or a file", path=path
-            ) from None
-        raise ToolError(f"cannot open {path}: {exc.strerror}", op="workflow_log") from None
-
-
 class FileEventLogs:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
@@ -80,33 +66,34 @@ class FileEventLogs:
     def location(self, run_id: str) -> str:
         return str(self.root.joinpath(*LOG_DIR, f"{check_run_id(run_id)}.jsonl"))
 
-    def _dir(self, create: bool) -> int:
-        root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            a3s = _open_dir(root_fd, LOG_DIR[0], create=create, path=LOG_DIR[0])
-        finally:
-            os.close(root_fd)
-        try:
-            return _open_dir(a3s, LOG_DIR[1], create=create, path="/".join(LOG_DIR))
-        finally:
-            os.close(a3s)
-
     def _open_log(self, run_id: str, *, create: bool) -> int:
         name = f"{check_run_id(run_id)}.jsonl"
-        dir_fd = self._dir(create)
         try:
-            flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+            # .a3s and .a3s/workflow: one component at a time, O_NOFOLLOW (kernel.statedir).
+            state = open_state_dir(self.root, LOG_DIR[1], create=create)
+        except FileNotFoundError:
+            raise NotFound(f"no workflow run {run_id} in {self.root}", path=run_id) from None
+        with state:
+            dir_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=state.fd)
+        try:
+            flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_CREAT if create else 0)
             try:
                 fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
             except FileNotFoundError:
                 raise NotFound(f"no workflow run {run_id} in {self.root}", path=run_id) from None
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
-                    raise PathOutsideWorkspace(f"workflow log {name} is a symlink", path=name) from None
+                    raise PermissionDenied(
+                        f"{'/'.join(LOG_DIR)}/{name} is a symlink; a3s-fleet never follows its state "
+                        "directory through a symlink (remove it and retry)",
+                        reason="state_dir_not_a_directory",
+                        path=name,
+                    ) from None
                 raise
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 os.close(fd)
                 raise InvalidArgument(f"workflow log {name} is not a regular file")
+            os.set_blocking(fd, True)
             if create:
                 os.fsync(dir_fd)
             return fd
@@ -151,6 +138,7 @@ class FileEventLog:
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
+        self._lock = asyncio.Lock()
 
     async def load(self) -> list[dict[str, Any]]:
         return _read_lines(self._fd)
@@ -161,16 +149,21 @@ class FileEventLog:
         )
         if len(line) > MAX_LOG_LINE_BYTES:
             raise InvalidArgument(f"workflow event is {len(line)} bytes, over {MAX_LOG_LINE_BYTES}")
-        os.lseek(self._fd, 0, os.SEEK_END)
-        view = memoryview(line)
-        while view:
-            view = view[os.write(self._fd, view) :]
-        os.fsync(self._fd)
+        async with self._lock:  # one write + fsync at a time, off the event loop
+            await asyncio.to_thread(_append_line, self._fd, line)
 
     async def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)  # releases the flock
             self._fd = -1
+
+
+def _append_line(fd: int, line: bytes) -> None:
+    os.lseek(fd, 0, os.SEEK_END)
+    view = memoryview(line)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fsync(fd)
 
 
 def _read_lines(fd: int) -> list[dict[str, Any]]:

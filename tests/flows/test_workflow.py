@@ -243,13 +243,13 @@ def test_f3_log_safety_checks_refuse_unsafe_ids_and_symlinks(
     (workspace / ".a3s").mkdir(exist_ok=True)
     (workspace / ".a3s" / "workflow").symlink_to(outside)
     linked = s.workflow(source="async function run() { return 1 }", run_id="linked")
-    assert linked.exit_code == 1 and linked.error_kind["type"] == "path_outside_workspace"
+    assert linked.exit_code == 1 and linked.error_kind["type"] == "permission_denied"
     assert not list(outside.iterdir())
     (workspace / ".a3s" / "workflow").unlink()
     (workspace / ".a3s" / "workflow").mkdir()
     (workspace / ".a3s" / "workflow" / "filelink.jsonl").symlink_to(outside / "target.jsonl")
     filelink = s.workflow(source="async function run() { return 1 }", run_id="filelink")
-    assert filelink.exit_code == 1 and filelink.error_kind["type"] == "path_outside_workspace"
+    assert filelink.exit_code == 1 and filelink.error_kind["type"] == "permission_denied"
     assert not (outside / "target.jsonl").exists()
 
 
