@@ -12,8 +12,8 @@
   and run or recovered exactly once in effect. The driver itself stays in this process and holds no
   worker slot while steps run;
 - ``workflow_logs`` — ``RedisEventLogs``: one Stream per run, ``a3s:workflow:<run_id>``, one
-  ``XADD`` per event (field ``envelope``: the JSON envelope), expiring ``LOG_TTL_MS`` after its last
-  event; one driver per run at a time through the lease key ``a3s:workflow:<run_id>:lock`` (renewed
+  ``XADD`` per event (field ``envelope``: the JSON envelope; events submitted together go in one
+  ``MULTI`` pipeline), expiring ``LOG_TTL_MS`` after its last event; one driver per run at a time through the lease key ``a3s:workflow:<run_id>:lock`` (renewed
   every ``LOCK_RENEW_S`` while the run is driven; a driver that died frees it within
   ``LOCK_LEASE_MS``, and the next driver of that run waits that long for it before giving up).
 """
@@ -26,6 +26,7 @@ import itertools
 import json
 import os
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -33,6 +34,7 @@ import redis.asyncio as aioredis
 from config.settings import Settings
 from flows.workflow import StepCall, check_run_id
 from flows.workflow.events import digest
+from flows.workflow.log import GroupCommit
 from kernel.errors import Transport, VersionConflict
 from kernel.result import ToolResult
 from orchestrator.fanout import Branch, BranchRunner
@@ -130,6 +132,7 @@ class RedisEventLog:
         self.lock = lock
         self.token = token
         self._renewer = asyncio.ensure_future(self._renew())
+        self._commits = GroupCommit(self._write)
 
     async def _renew(self) -> None:
         while True:
@@ -143,17 +146,23 @@ class RedisEventLog:
         except CONNECTION_ERRORS as exc:
             raise Transport(f"workflow log: redis unreachable: {exc}", op="redis") from exc
 
-    async def append(self, envelope: dict[str, Any]) -> None:
-        body = json.dumps(envelope, separators=(",", ":"), ensure_ascii=False)
+    def submit(self, envelope: dict[str, Any]) -> Awaitable[None]:
+        return self._commits.submit(envelope)
+
+    async def _write(self, envelopes: list[dict[str, Any]]) -> None:
         try:
             async with self.client.pipeline(transaction=True) as pipe:
-                pipe.xadd(self.key, {"envelope": body})
+                for env in envelopes:
+                    pipe.xadd(
+                        self.key, {"envelope": json.dumps(env, separators=(",", ":"), ensure_ascii=False)}
+                    )
                 pipe.pexpire(self.key, LOG_TTL_MS)
                 await pipe.execute()
         except CONNECTION_ERRORS as exc:
             raise Transport(f"workflow log: cannot append to {self.key}: {exc}", op="redis") from exc
 
     async def close(self) -> None:
+        await self._commits.drain()
         self._renewer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._renewer

@@ -192,17 +192,16 @@ class _Run:
         self.limits = limits
         self.history = History(run_id)
         self.sequence = 0
-        self.lock = asyncio.Lock()
         self.step_slots = asyncio.Semaphore(limits.max_concurrent_steps)
         self.generation_slots = asyncio.Semaphore(limits.max_concurrent_generations)
         self.steps: dict[str, tuple[str, asyncio.Task[ToolResult]]] = {}
         self.outcomes: dict[str, StepOutcome] = {}
 
     async def emit(self, event: dict[str, Any]) -> None:
-        async with self.lock:
-            self.sequence += 1
-            env = envelope(self.run_id, self.sequence, event, self.driver.now_ms())
-            await self.log.append(env)
+        """Append ``event`` and wait until it is durable. Sequence numbers are given and envelopes
+        queued synchronously, so the log's order is the order of the calls (group commit)."""
+        self.sequence += 1
+        await self.log.submit(envelope(self.run_id, self.sequence, event, self.driver.now_ms()))
         if self.driver.progress is not None:
             with contextlib.suppress(Exception):  # a display problem never fails the run
                 self.driver.progress(event)
@@ -211,12 +210,15 @@ class _Run:
         self.history = History.fold(self.run_id, await self.log.load())
         self.sequence = self.history.last_sequence
         seg = self.history.current
+        events: list[dict[str, Any]] = []
         if seg is None or seg.query != self.query or canonical(seg.input) != canonical(self.input):
             spec = {"name": name, "source_sha256": digest(source), "limits": self.limits.__dict__}
-            await self.emit({"type": "run_created", "spec": spec, "input": self.input})
-            self.history = History.fold(self.run_id, await self.log.load())
-        starts = self.history.current.starts if self.history.current else 0
-        await self.emit({"type": "run_started", "attempt": starts + 1})
+            events.append({"type": "run_created", "spec": spec, "input": self.input})
+        starts = seg.starts if seg is not None and not events else 0
+        events.append({"type": "run_started", "attempt": starts + 1})
+        await asyncio.gather(*(self.emit(event) for event in events))  # one write for both
+        for event in events:
+            self.history.apply(event)
 
     async def drive(self, source: str, deadline: float) -> WorkflowOutcome:
         job = {

@@ -125,14 +125,14 @@ class History:
             h.events += 1
             h.last_sequence = max(h.last_sequence, int(env.get("sequence") or 0))
             ev = env.get("event") or {}
-            h._apply(ev)
+            h.apply(ev)
         return h
 
     @property
     def current(self) -> Segment | None:
         return self.segments[-1] if self.segments else None
 
-    def _apply(self, ev: dict[str, Any]) -> None:
+    def apply(self, ev: dict[str, Any]) -> None:
         kind = ev.get("type")
         if kind == "run_created":
             run_input = ev.get("input")

@@ -8,9 +8,10 @@
   descriptor, so a symlink planted at either (or at the log itself) is refused
   (``permission_denied``, reason ``state_dir_not_a_directory``), never followed — the log can never
   be written outside the workspace;
-- the log must be a regular file; each event is one ``write`` of one line followed by ``fsync``
-  (the directory is fsynced when the log is created), so an event that was acknowledged survives a
-  crash of the process or the machine;
+- the log must be a regular file; events are written as whole lines followed by ``fsync`` before
+  they are acknowledged (events submitted while a write is in flight share the next write and
+  fsync — group commit; the directory is fsynced when the log is created), so an acknowledged event
+  survives a crash of the process or the machine;
 - a torn last line (a crash in the middle of a write) is cut off before the next append; reading
   skips it;
 - one driver per run at a time: ``open_for_run`` takes an exclusive ``flock`` on the log for as long
@@ -26,6 +27,7 @@ import fcntl
 import json
 import os
 import stat
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,13 +40,54 @@ MAX_LOG_LINE_BYTES = 2 * 1024 * 1024
 
 
 class EventLog(Protocol):
-    """Where one run's history lives (a file embedded, a Redis stream on a fleet)."""
+    """Where one run's history lives (a file embedded, a Redis stream on a fleet).
+
+    ``submit`` queues an envelope *now* (so the log's order is the order of the calls) and returns
+    an awaitable that resolves once the envelope is durable; envelopes submitted while a write is in
+    flight are written together (group commit: one fsync / one round trip for many events).
+    """
 
     async def load(self) -> list[dict[str, Any]]: ...
 
-    async def append(self, envelope: dict[str, Any]) -> None: ...
+    def submit(self, envelope: dict[str, Any]) -> Awaitable[None]: ...
 
     async def close(self) -> None: ...
+
+
+class GroupCommit:
+    """Ordered group commit for a log: ``submit`` queues, one flusher writes whole batches in order."""
+
+    def __init__(self, write: Callable[[list[dict[str, Any]]], Awaitable[None]]) -> None:
+        self._write = write
+        self._queue: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    def submit(self, envelope: dict[str, Any]) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.append((envelope, fut))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.ensure_future(self._flush())
+        return fut
+
+    async def _flush(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue, []
+            try:
+                await self._write([env for env, _ in batch])
+            except BaseException as exc:
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def drain(self) -> None:
+        if self._flusher is not None:
+            await asyncio.gather(self._flusher, return_exceptions=True)
 
 
 class EventLogs(Protocol):
@@ -138,29 +181,35 @@ class FileEventLog:
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
-        self._lock = asyncio.Lock()
+        self._commits = GroupCommit(self._write)
 
     async def load(self) -> list[dict[str, Any]]:
         return _read_lines(self._fd)
 
-    async def append(self, envelope: dict[str, Any]) -> None:
-        line = (json.dumps(envelope, separators=(",", ":"), ensure_ascii=False) + "\n").encode(
-            "utf-8", "surrogatepass"
-        )
-        if len(line) > MAX_LOG_LINE_BYTES:
-            raise InvalidArgument(f"workflow event is {len(line)} bytes, over {MAX_LOG_LINE_BYTES}")
-        async with self._lock:  # one write + fsync at a time, off the event loop
-            await asyncio.to_thread(_append_line, self._fd, line)
+    def submit(self, envelope: dict[str, Any]) -> Awaitable[None]:
+        return self._commits.submit(envelope)
+
+    async def _write(self, envelopes: list[dict[str, Any]]) -> None:
+        lines = []
+        for env in envelopes:
+            line = (json.dumps(env, separators=(",", ":"), ensure_ascii=False) + "\n").encode(
+                "utf-8", "surrogatepass"
+            )
+            if len(line) > MAX_LOG_LINE_BYTES:
+                raise InvalidArgument(f"workflow event is {len(line)} bytes, over {MAX_LOG_LINE_BYTES}")
+            lines.append(line)
+        await asyncio.to_thread(_append_lines, self._fd, b"".join(lines))  # one write + fsync, off the loop
 
     async def close(self) -> None:
+        await self._commits.drain()
         if self._fd >= 0:
             os.close(self._fd)  # releases the flock
             self._fd = -1
 
 
-def _append_line(fd: int, line: bytes) -> None:
+def _append_lines(fd: int, data: bytes) -> None:
     os.lseek(fd, 0, os.SEEK_END)
-    view = memoryview(line)
+    view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
     os.fsync(fd)

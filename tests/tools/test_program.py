@@ -428,13 +428,15 @@ def test_k6_closing_the_session_kills_a_running_program(agent: Agent, workspace:
 
     s = agent.session(workspace)
     out: list[Any] = []
+    deadline = time.monotonic() + 30
+    while active_pids() and time.monotonic() < deadline:  # earlier programs' children, still exiting
+        time.sleep(0.02)
     t = threading.Thread(
         target=lambda: out.append(
             s.program(source="async function run() { for (;;) {} }", limits={"timeoutMs": 60000})
         )
     )
     t.start()
-    deadline = time.monotonic() + 30
     while not active_pids() and time.monotonic() < deadline:
         time.sleep(0.02)
     pids = active_pids()

@@ -334,18 +334,21 @@ async def run_script(
             if not done:
                 outcome = VmOutcome(False, kind="timeout", error="program script timed out")
                 break
+            replies: list[dict[str, Any]] = []
             for task in done:
                 if task is receiver:
-                    outcome = _on_message(task.result(), proc, channel, handle, handlers, per_call)
-                    receiver = asyncio.ensure_future(channel.receive())
-                else:
-                    handlers.discard(task)  # type: ignore[arg-type]
-                    try:
-                        channel.send(task.result())
-                    except HandlerAbort as abort:
-                        outcome = VmOutcome(False, kind="aborted", error=str(abort.error), value=abort.error)
-                if outcome is not None:
+                    continue
+                handlers.discard(task)  # type: ignore[arg-type]
+                try:
+                    replies.extend(task.result())  # type: ignore[arg-type]
+                except HandlerAbort as abort:
+                    outcome = VmOutcome(False, kind="aborted", error=str(abort.error), value=abort.error)
                     break
+            if outcome is None and replies:
+                channel.send(replies)  # requests that finished together are settled with one line
+            if outcome is None and receiver in done:
+                outcome = _on_message(receiver.result(), proc, channel, handle, handlers, per_call)
+                receiver = asyncio.ensure_future(channel.receive())
         return outcome
     except (ValueError, asyncio.LimitOverrunError, asyncio.IncompleteReadError) as exc:
         outcome = VmOutcome(
@@ -372,8 +375,25 @@ async def run_script(
                 # between host requests), or a script throwing its own "interrupted" error.
                 outcome.kind = "runaway" if job.get("sliceMs") else "script"
             outcome.duration_ms = int((loop.time() - started) * 1000)
-        await _reap(proc)
-        _ACTIVE.discard(proc.pid)
+        if outcome is not None and outcome.kind not in _KILL_AFTER:
+            # It reported and is exiting on its own: reap it off the caller's path.
+            threading.Thread(
+                target=_reap_blocking, args=(proc,), name="a3s-quickjs-reaper", daemon=True
+            ).start()
+        else:
+            await _reap(proc)
+            _ACTIVE.discard(proc.pid)
+
+
+def _reap_blocking(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        proc.wait(REAP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(REAP_TIMEOUT_S)
+    _close_pipes(proc)
+    _ACTIVE.discard(proc.pid)
 
 
 def _on_message(
