@@ -496,13 +496,19 @@ def _rejection_kind(error: str) -> str:
     return "script"
 
 
+# Frames of the bridge itself (prelude.js), not of the script.
+_BRIDGE_FRAMES = tuple(
+    f"at {name} (" for name in ("start", "settle", "hostError", "toolResult", "request", "next", "job")
+) + ("at <eval>",)
+
+
 def _trim_stack(error: str) -> str:
     """Drop the bridge's own frames (``start``, ``<eval>``) and collapse repeated frames."""
     out: list[str] = []
     repeats = 0
     for line in error.splitlines():
         s = line.strip()
-        if s.startswith("at start (") or s.startswith("at <eval>"):
+        if s.startswith(_BRIDGE_FRAMES):
             continue
         if out and line == out[-1]:
             repeats += 1
