@@ -30,9 +30,9 @@ from tools.program.vm import HandlerAbort
 NEVER_ALLOWED = frozenset({"program", "dynamic_workflow", "parallel_task"})
 SEARCH_MODES = frozenset({"grep", "glob", "bm25", "semantic", "hybrid", "indexed"})
 MAX_CALL_METADATA_BYTES = 4 * 1024
-BINDING_KEY = "a3s_tool_result_transform_binding"
-# Harness observations the script has no use for (the host still sees them in tool_calls/events).
-HARNESS_KEYS = ("a3s_tool_result_evidence", BINDING_KEY)
+# Harness observations, not the tool's data: left out of what the script and tool_calls get (every
+# nested call's own events and result keep them).
+HARNESS_KEYS = ("a3s_tool_result_evidence", "a3s_tool_result_transform_binding")
 _LINE_NO = re.compile(r"^ *\d+\t", re.MULTILINE)
 _READ_FOOTER = re.compile(
     r"^(\.\.\. \(more lines available; continue with offset=\d+\)|\(end of file: .*\))\n?", re.MULTILINE
@@ -133,9 +133,11 @@ class ProgramBridge:
                 )
             )
         results = await self._run(planned)
-        for (cid, kind, name, args), result in zip(planned, results, strict=True):
-            self._record(name, result)
-            replies[cid] = {"id": cid, **self._shape(kind, name, args, result)}
+        for (cid, kind, name, _args), result in zip(planned, results, strict=True):
+            meta = _without(result.metadata, *HARNESS_KEYS)
+            size = _json_size(meta)
+            self._record(name, result, meta, size)
+            replies[cid] = {"id": cid, **self._shape(kind, name, result, meta, size)}
         return [replies[c["id"]] for c in calls if isinstance(c, dict) and c.get("id") in replies]
 
     async def _run(self, planned: list[tuple[int, str, str, dict[str, Any]]]) -> list[ToolResult]:
@@ -149,18 +151,20 @@ class ProgramBridge:
             out.append(await self.invoker.invoke(name, args))
         return out
 
-    def _record(self, name: str, result: ToolResult) -> None:
+    def _record(self, name: str, result: ToolResult, meta: dict[str, Any], size: int) -> None:
         self.tool_calls.append(
             {
                 "tool_name": name,
                 "success": result.exit_code == 0,
                 "exit_code": result.exit_code,
                 "output_bytes": len(result.output.encode("utf-8", "surrogatepass")),
-                "metadata": compact_metadata(_without(result.metadata, BINDING_KEY), MAX_CALL_METADATA_BYTES),
+                "metadata": _compacted(meta, size, MAX_CALL_METADATA_BYTES),
             }
         )
 
-    def _shape(self, kind: str, name: str, args: dict[str, Any], result: ToolResult) -> dict[str, Any]:
+    def _shape(
+        self, kind: str, name: str, result: ToolResult, meta: dict[str, Any], size: int
+    ) -> dict[str, Any]:
         if kind == "readFile":
             if result.exit_code != 0:
                 return {"ok": False, "value": _failure(result)}
@@ -179,7 +183,7 @@ class ProgramBridge:
                 "name": name,
                 "text": bound_text(result.output, self.max_output_bytes),
                 "exitCode": result.exit_code,
-                "metadata": compact_metadata(_without(result.metadata, *HARNESS_KEYS), self.max_output_bytes),
+                "metadata": _compacted(meta, size, self.max_output_bytes),
             },
         }
 
@@ -233,6 +237,22 @@ def bound_text(text: str, max_bytes: int) -> str:
     marker = f"\n[program: output truncated to {max_bytes} of {len(data)} bytes]"
     keep = max(0, max_bytes - len(marker.encode()))
     return data[:keep].decode("utf-8", "ignore") + marker
+
+
+def _json_size(meta: Any) -> int:
+    try:
+        return len(json.dumps(meta, default=str))
+    except (TypeError, ValueError):
+        return -1
+
+
+def _compacted(meta: dict[str, Any], size: int, max_bytes: int) -> Any:
+    """``compact_metadata`` with the JSON size already measured (one serialisation per result)."""
+    if size < 0:
+        return {"compacted": True, "unserializable": True}
+    if size <= max_bytes:
+        return meta
+    return {"compacted": True, "bytes": size, "keys": sorted(meta)[:64]}
 
 
 def compact_metadata(meta: Any, max_bytes: int) -> Any:

@@ -324,6 +324,9 @@ async def run_script(
             outcome = _crashed(proc, channel, "the QuickJS child did not start")
             return outcome
         channel.send({**job, "timeoutMs": timeout_ms})
+        if not per_call:
+            outcome = await _run_batches(channel, proc, handle, deadline)
+            return outcome
         receiver = asyncio.ensure_future(channel.receive())
         while outcome is None:
             # Host calls are cut at the deadline; the child gets the grace to report on its own.
@@ -394,6 +397,30 @@ def _reap_blocking(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(REAP_TIMEOUT_S)
     _close_pipes(proc)
     _ACTIVE.discard(proc.pid)
+
+
+async def _run_batches(
+    channel: _Channel, proc: subprocess.Popen[bytes], handle: Handler, deadline: float
+) -> VmOutcome:
+    """A program: the child waits for the answer to each batch, so batches and its turns alternate
+    (no concurrent reading needed — the cheap path for the many small calls a script makes)."""
+    while True:
+        msg = await _receive_by(channel, deadline + GRACE_S)
+        if msg is None:
+            return _crashed(proc, channel, "the QuickJS child exited unexpectedly")
+        if msg.get("t") == "done":
+            return _finished(msg)
+        calls = msg.get("calls")
+        if msg.get("t") != "calls" or not isinstance(calls, list):
+            return VmOutcome(False, kind="protocol", error="unexpected message from the VM")
+        try:
+            async with asyncio.timeout_at(deadline):
+                replies = await handle(calls)
+        except TimeoutError:
+            return VmOutcome(False, kind="timeout", error="program script timed out")
+        except HandlerAbort as abort:
+            return VmOutcome(False, kind="aborted", error=str(abort.error), value=abort.error)
+        channel.send(replies)
 
 
 def _on_message(
@@ -497,9 +524,8 @@ def _rejection_kind(error: str) -> str:
 
 
 # Frames of the bridge itself (prelude.js), not of the script.
-_BRIDGE_FRAMES = tuple(
-    f"at {name} (" for name in ("start", "settle", "hostError", "toolResult", "request", "next", "job")
-) + ("at <eval>",)
+_BRIDGE_NAMES = ("start", "settle", "hostError", "toolResult", "request", "next", "job")
+_BRIDGE_FRAMES = (*(f"at {name} (" for name in _BRIDGE_NAMES), "at <eval>")
 
 
 def _trim_stack(error: str) -> str:
