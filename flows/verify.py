@@ -189,6 +189,8 @@ class BranchSpec:
     tool: str
     args: dict[str, Any]
     description: str = ""
+    key: str | None = None
+    label: str | None = None
 
 
 class VerifySession(Protocol):

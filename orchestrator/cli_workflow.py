@@ -21,16 +21,43 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Callable
+from functools import wraps
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import click
 
 from config.settings import Settings
-from kernel.errors import InvalidArgument
-from orchestrator.cli import _one_line_errors
+from kernel.errors import InvalidArgument, ToolError
 
 MAX_SOURCE_BYTES = 192 * 1024
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _one_line_errors(fn: F) -> F:
+    """Errors print one line and exit 2 (as ``orchestrator.cli``'s commands; not imported from there:
+    ``python -m orchestrator.cli`` would import it a second time while it registers this module)."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except KeyboardInterrupt:
+            click.echo("error: interrupted", err=True)
+            sys.exit(130)
+        except Exception as exc:  # one line, non-zero exit (CONVENTIONS): never a traceback
+            if isinstance(exc, ToolError):
+                text = f"{exc.kind}: {exc.message}"
+            else:
+                text = f"{type(exc).__name__}: {exc}".strip()
+            text = " ".join(text.split())
+            click.echo(f"error: {text[:500]}", err=True)
+            sys.exit(2)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def register(main: click.Group) -> None:
@@ -163,10 +190,9 @@ def _read_source(file: Path) -> str:
 def _logs(broker: str | None, workspace: str) -> Any:
     settings = _settings(broker)
     if settings.broker_url:
-        from orchestrator.dispatch_workflow import RedisEventLogs
-        from workers.runtime import state_url
+        from orchestrator.dispatch_workflow import fleet_workflow_logs
 
-        return RedisEventLogs(state_url(settings))
+        return fleet_workflow_logs(settings)
     from flows.workflow import FileEventLogs
 
     root = Path(workspace)

@@ -183,10 +183,12 @@ async def _load(client: aioredis.Redis, key: str) -> list[dict[str, Any]]:
     return out
 
 
-def fleet_workflow_services(runner: BranchRunner, settings: Settings) -> dict[str, Any]:
+def fleet_workflow_logs(settings: Settings) -> RedisEventLogs:
+    """The fleet's workflow logs: on the fleet's state Redis (``A3S_STATE_URL``, else the broker)."""
     from workers.runtime import state_url
 
-    return {
-        "workflow_step_runner": BranchStepRunner(runner),
-        "workflow_logs": RedisEventLogs(state_url(settings)),
-    }
+    return RedisEventLogs(state_url(settings))
+
+
+def fleet_workflow_services(runner: BranchRunner, settings: Settings) -> dict[str, Any]:
+    return {"workflow_step_runner": BranchStepRunner(runner), "workflow_logs": fleet_workflow_logs(settings)}
