@@ -57,6 +57,7 @@ DEFAULT_TIMEOUT_MS = 3_600_000
 SLICE_MS = 30_000  # uninterrupted JS between two step requests: more is a runaway loop
 MAX_RESULT_BYTES = 1024 * 1024
 MAX_STEP_METADATA_BYTES = 256 * 1024
+MAX_STEPS = 10_000  # distinct steps one execution may request (a runaway script is not a workflow)
 NOT_A_STEP = frozenset({"dynamic_workflow"})  # a workflow never starts a workflow
 GENERATION_TOOLS = frozenset({"generate_object"})
 
@@ -262,6 +263,13 @@ class _Run:
             err = InvalidArgument(f"step id {step_id!r} was reused with different arguments in this run")
             return [{"id": cid, "ok": False, "value": _step_error(step_id, err)}]
         if known is None:
+            if len(self.steps) >= MAX_STEPS:
+                err = BudgetExhausted(
+                    f"workflow requested more than {MAX_STEPS} steps in one run",
+                    resource="steps",
+                    reason="max_steps",
+                )
+                return [{"id": cid, "ok": False, "value": _step_error(step_id, err)}]
             task = asyncio.ensure_future(self.execute(step_id, tool, args, key))
             self.steps[step_id] = (key, task)
         else:

@@ -37,7 +37,7 @@ from kernel.errors import ToolError, Unsupported, error_from_kind
 from kernel.origin import ControlPlane, Origin
 from kernel.result import ToolResult
 from kernel.spec import ToolSpec
-from tools.program.source import load_source
+from tools.program.source import check_inputs, load_source
 
 MAX_TIMEOUT_MS = 24 * 3_600_000
 STEP_RUNNER_SERVICE = "workflow_step_runner"
@@ -105,6 +105,7 @@ def _logs(ctx: ToolContext) -> EventLogs:
 
 async def run(ctx: ToolContext, params: Params) -> ToolResult:
     source = load_source(ctx.workspace, params.source, params.path)
+    check_inputs(params.input, "workflow input")
     runner: StepRunner | None = ctx.services.get(STEP_RUNNER_SERVICE) if _trusted_host(ctx) else None
     if runner is None:
         runner = NestedStepRunner(ctx)

@@ -215,6 +215,8 @@ def test_p3_script_errors_are_reported_not_raised(agent: Agent, workspace: Path)
     assert missing.exit_code == 1 and missing.error_kind["type"] == "not_found"
     big = s.program(source="async function run() { return 'x'.repeat(2 * 1024 * 1024) }")
     assert big.exit_code == 1 and big.error_kind["resource"] == "script_result"
+    huge_inputs = s.program(source="async function run() {}", inputs={"blob": "x" * (2 * 1024 * 1024)})
+    assert huge_inputs.error_kind["type"] == "invalid_argument" and "program inputs" in huge_inputs.output
 
 
 def test_p3_a_vm_crash_fails_the_call_and_the_session_lives_on(agent: Agent, workspace: Path) -> None:

@@ -41,7 +41,7 @@ from tools.program.params import (
     Params,
     normalize_program_options,
 )
-from tools.program.source import load_source, prepare
+from tools.program.source import check_inputs, load_source, prepare
 from tools.program.vm import VmOutcome, VmUnavailable, run_script
 
 MAX_SCRIPT_RESULT_BYTES = 1024 * 1024
@@ -52,6 +52,7 @@ __all__ = ["TOOL", "normalize_program_options"]
 
 async def run(ctx: ToolContext, params: Params) -> ToolResult:
     text = prepare(load_source(ctx.workspace, params.source, params.path))
+    check_inputs(params.inputs, "program inputs")
     allow = AllowList(ctx.invoker.available_tools(), params.allowed_tools)
     limits = params.limits
     timeout_ms = limits.timeoutMs or (TASK_TIMEOUT_MS if "task" in allow.tools else DEFAULT_TIMEOUT_MS)

@@ -11,12 +11,15 @@ anonymous function work); any other ``export`` is refused, since the script is n
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 from kernel.errors import InvalidArgument
 from kernel.workspace import Workspace
 
 MAX_SOURCE_BYTES = 192 * 1024
+MAX_INPUTS_BYTES = 1024 * 1024  # the inputs are copied into the VM, which has 64 MiB
 STATIC_REJECTS = ("import ", "import(", "eval(", "Function(", "Worker(", "WebSocket", "fetch(")
 SOURCE_SUFFIXES = (".js", ".mjs")
 DEFAULT_EXPORT = "globalThis.__a3s_default ="
@@ -48,6 +51,13 @@ def load_source(workspace: Workspace, source: str | None, path: str | None) -> s
     if not text.strip():
         raise InvalidArgument("program source is empty")
     return text
+
+
+def check_inputs(value: Any, what: str) -> None:
+    """The JSON value handed to a script stays small next to the VM's memory."""
+    size = len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+    if size > MAX_INPUTS_BYTES:
+        raise InvalidArgument(f"{what} are {size} bytes of JSON, over {MAX_INPUTS_BYTES}")
 
 
 def check_source(text: str) -> None:
