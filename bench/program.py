@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import Agent
-from tools.program import vm
+from tools.program import pool as vm_pool
 
 ROUNDS = 15
 CALLS = 200
@@ -70,15 +70,15 @@ def main() -> None:
         )
         _latency(session, marks)  # warm up the pool, the kernel and the schema caches
         warm, cold, per_program, per_direct = [], [], [], []
-        default_size = vm.pool().size
+        default_size = vm_pool.pool().size
         for _ in range(ROUNDS):
             time.sleep(POOL_REFILL_S)
             warm.append(_latency(session, marks))
-            vm.pool().size = 0
-            vm.pool().shutdown()
+            vm_pool.pool().size = 0
+            vm_pool.pool().shutdown()
             cold.append(_latency(session, marks))
-            vm.pool().size = default_size
-            vm.pool().take().add_done_callback(lambda f: _release(f))  # start refilling
+            vm_pool.pool().size = default_size
+            vm_pool.pool().take().add_done_callback(lambda f: _release(f))  # start refilling
             time.sleep(POOL_REFILL_S)
             base = _program_calls(session, 0)
             time.sleep(POOL_REFILL_S)
@@ -103,8 +103,8 @@ def _release(fut: Any) -> None:
     """The child taken only to trigger a refill is not used: kill it."""
     if fut.exception() is None:
         proc = fut.result()
-        vm._kill(proc)
-        vm._discard(proc)
+        vm_pool.kill(proc)
+        vm_pool.discard(proc)
 
 
 def _p90(values: list[float]) -> float:

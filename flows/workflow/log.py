@@ -37,6 +37,8 @@ from kernel.statedir import open_state_dir
 
 LOG_DIR = (".a3s", "workflow")
 MAX_LOG_LINE_BYTES = 2 * 1024 * 1024
+LOCK_ATTEMPTS = 100
+LOCK_RETRY_S = 0.02
 
 
 class EventLog(Protocol):
@@ -145,13 +147,19 @@ class FileEventLogs:
 
     async def open_for_run(self, run_id: str) -> FileEventLog:
         fd = self._open_log(run_id, create=True)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise VersionConflict(
-                f"workflow run {run_id} is being driven by another process", path=run_id
-            ) from None
+        # A process forking at this moment (any subprocess start) holds a copy of the descriptor —
+        # and so the lock — until it execs (O_CLOEXEC): retry briefly before calling it a conflict.
+        for attempt in range(LOCK_ATTEMPTS):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if attempt + 1 == LOCK_ATTEMPTS:
+                    os.close(fd)
+                    raise VersionConflict(
+                        f"workflow run {run_id} is being driven by another process", path=run_id
+                    ) from None
+                await asyncio.sleep(LOCK_RETRY_S)
         _cut_torn_tail(fd)
         return FileEventLog(fd)
 

@@ -41,8 +41,9 @@ from tools.program.params import (
     Params,
     normalize_program_options,
 )
+from tools.program.pool import VmUnavailable
 from tools.program.source import check_inputs, load_source, prepare
-from tools.program.vm import VmOutcome, VmUnavailable, run_script
+from tools.program.vm import VmOutcome, run_script
 
 MAX_SCRIPT_RESULT_BYTES = 1024 * 1024
 RUNTIME = "embedded-quickjs"

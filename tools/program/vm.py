@@ -1,4 +1,4 @@
-"""QuickJS in a child process: spawning, a small pool of warm children, and one script's run.
+"""QuickJS in a child process: one script's run, from its job to its outcome.
 
 ``run_script(job, handle, deadline)`` runs one script in a fresh child (``vm_child.py``) and returns
 its ``VmOutcome``. While the script waits on host requests, ``handle(calls)`` answers them (the
@@ -10,39 +10,35 @@ program bridge or the workflow driver). Invariants:
   this process. At ``deadline`` a pending host request is cancelled; the child gets ``GRACE_S``
   (the reference's 500 ms settle) to report, then it is killed (SIGKILL) and the run is a timeout.
   Cancelling the caller kills the child at once;
-- **no orphans**: children are spawned by one long-lived thread of this process and arm
-  ``PR_SET_PDEATHSIG`` against it (parent death = the death of the *thread* that forked them), hold
-  no inherited descriptors (``close_fds``), get an empty environment, ``/`` as working directory, and
-  are reaped after they exit. A fork of this process (a Celery prefork child) starts a pool of its
-  own and closes the parent's pipes; ``atexit`` kills idle children;
+- **no orphans**: children come from ``pool.py`` (spawned by one long-lived thread, tied to this
+  process with ``PR_SET_PDEATHSIG``) and are reaped after they exit — off the caller's path when
+  they ended on their own, before returning when they had to be killed;
 - every line a child sends is bounded (``MAX_LINE_BYTES``); a longer one ends the run.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
-import collections
 import concurrent.futures
 import contextlib
-import importlib.util
 import json
-import os
 import subprocess
-import sys
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-CHILD = HERE / "vm_child.py"
-PRELUDE = HERE / "prelude.js"
+from tools.program.pool import (
+    REAP_TIMEOUT_S,
+    VmPool,
+    close_pipes,
+    discard,
+    kill,
+    pool,
+)
+
 GRACE_S = 0.5
 MAX_LINE_BYTES = 8 * 1024 * 1024
-DEFAULT_POOL_SIZE = 2
-REAP_TIMEOUT_S = 2.0
 STDERR_TAIL_BYTES = 4096
 
 # Pids of children running a script now (diagnostics and tests: ``active_pids()``).
@@ -50,10 +46,6 @@ _ACTIVE: set[int] = set()
 _KILL_AFTER = frozenset({"timeout", "protocol", "aborted", "crash"})
 
 Handler = Callable[[list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
-
-
-class VmUnavailable(Exception):
-    """The QuickJS binding is not installed, or a child could not be started."""
 
 
 @dataclass
@@ -77,170 +69,6 @@ class HandlerAbort(Exception):
     def __init__(self, error: Exception) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-def _site_dir() -> str:
-    spec = importlib.util.find_spec("_quickjs")
-    if spec is None or spec.origin is None:
-        raise VmUnavailable("the program tool needs the `quickjs` package (pip install quickjs==1.19.4)")
-    return str(Path(spec.origin).parent)
-
-
-class _Spawner:
-    """One long-lived thread that forks every child, so ``PR_SET_PDEATHSIG`` (which follows the
-    forking thread) fires only when this process ends, never when some short-lived thread does."""
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self._jobs: collections.deque[concurrent.futures.Future[subprocess.Popen[bytes]]] = (
-            collections.deque()
-        )
-        self._wake = threading.Condition()
-        self._thread = threading.Thread(target=self._loop, name="a3s-quickjs-spawner", daemon=True)
-        self._thread.start()
-
-    def spawn(self) -> concurrent.futures.Future[subprocess.Popen[bytes]]:
-        fut: concurrent.futures.Future[subprocess.Popen[bytes]] = concurrent.futures.Future()
-        with self._wake:
-            self._jobs.append(fut)
-            self._wake.notify()
-        return fut
-
-    def _loop(self) -> None:
-        site = _site_dir_or_none()
-        while True:
-            with self._wake:
-                while not self._jobs:
-                    self._wake.wait()
-                fut = self._jobs.popleft()
-            if not fut.set_running_or_notify_cancel():
-                continue
-            try:
-                if site is None:
-                    raise VmUnavailable(
-                        "the program tool needs the `quickjs` package (pip install quickjs==1.19.4)"
-                    )
-                proc = subprocess.Popen(
-                    [sys.executable, "-I", "-S", str(CHILD), site, str(PRELUDE), str(os.getpid())],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    env={},
-                    cwd="/",
-                    close_fds=True,
-                    start_new_session=True,
-                )
-            except Exception as exc:
-                fut.set_exception(VmUnavailable(f"cannot start the QuickJS child: {exc}"))
-            else:
-                fut.set_result(proc)
-
-
-def _site_dir_or_none() -> str | None:
-    try:
-        return _site_dir()
-    except VmUnavailable:
-        return None
-
-
-class VmPool:
-    """Up to ``size`` warm children (bridge loaded, waiting for a job); refilled in the background."""
-
-    def __init__(self, size: int = DEFAULT_POOL_SIZE) -> None:
-        self.size = size
-        self.pid = os.getpid()
-        self._spawner = _Spawner()
-        self._idle: collections.deque[concurrent.futures.Future[subprocess.Popen[bytes]]] = (
-            collections.deque()
-        )
-        self._lock = threading.Lock()
-        self.spawned = 0
-
-    def take(self) -> concurrent.futures.Future[subprocess.Popen[bytes]]:
-        """A started child (perhaps still loading); the pool starts a replacement."""
-        with self._lock:
-            fut = None
-            while self._idle:
-                cand = self._idle.popleft()
-                if cand.done() and (cand.exception() is not None or cand.result().poll() is not None):
-                    if cand.exception() is None:
-                        _discard(cand.result())
-                    continue
-                fut = cand
-                break
-            if fut is None:
-                fut = self._spawner.spawn()
-                self.spawned += 1
-            while len(self._idle) < self.size:
-                self._idle.append(self._spawner.spawn())
-                self.spawned += 1
-        return fut
-
-    def shutdown(self) -> None:
-        with self._lock:
-            idle, self._idle = list(self._idle), collections.deque()
-        for fut in idle:
-            with contextlib.suppress(Exception):
-                proc = fut.result(timeout=REAP_TIMEOUT_S)
-                _kill(proc)
-                _discard(proc)
-
-    def forget_after_fork(self) -> None:
-        """In a forked child: the parent's warm children are not ours; close our copies of their pipes."""
-        for fut in self._idle:
-            if fut.done() and fut.exception() is None:
-                proc = fut.result()
-                for pipe in (proc.stdin, proc.stdout, proc.stderr):
-                    if pipe is not None:
-                        with contextlib.suppress(OSError):
-                            pipe.close()
-                proc.returncode = 0  # never waited on here: it is the parent's child
-        self._idle.clear()
-
-
-_POOL: VmPool | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def pool() -> VmPool:
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None or _POOL.pid != os.getpid():
-            _POOL = VmPool()
-        return _POOL
-
-
-def _after_fork() -> None:
-    global _POOL
-    if _POOL is not None:
-        _POOL.forget_after_fork()
-    _POOL = None
-
-
-def _at_exit() -> None:
-    if _POOL is not None and _POOL.pid == os.getpid():
-        _POOL.shutdown()
-
-
-os.register_at_fork(after_in_child=_after_fork)
-atexit.register(_at_exit)
-
-
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, 9)
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-
-
-def _discard(proc: subprocess.Popen[bytes]) -> None:
-    for pipe in (proc.stdin, proc.stdout, proc.stderr):
-        if pipe is not None:
-            with contextlib.suppress(OSError):
-                pipe.close()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=REAP_TIMEOUT_S)
 
 
 class _Channel:
@@ -365,7 +193,7 @@ async def run_script(
         return outcome
     finally:
         if outcome is None or outcome.kind in _KILL_AFTER:
-            _kill(proc)  # cancelled, past the deadline, or misbehaving: no settle beyond the grace
+            kill(proc)  # cancelled, past the deadline, or misbehaving: no settle beyond the grace
         pending = [t for t in (receiver, *handlers) if t is not None and not t.done()]
         for task in pending:
             task.cancel()  # a host call still running when the script ended is cancelled, and awaited
@@ -392,10 +220,10 @@ def _reap_blocking(proc: subprocess.Popen[bytes]) -> None:
     try:
         proc.wait(REAP_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        _kill(proc)
+        kill(proc)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(REAP_TIMEOUT_S)
-    _close_pipes(proc)
+    close_pipes(proc)
     _ACTIVE.discard(proc.pid)
 
 
@@ -449,8 +277,8 @@ def _on_message(
 def _drop_started(fut: concurrent.futures.Future[subprocess.Popen[bytes]]) -> None:
     if not fut.cancelled() and fut.exception() is None:
         proc = fut.result()
-        _kill(proc)
-        threading.Thread(target=_discard, args=(proc,), daemon=True).start()
+        kill(proc)
+        threading.Thread(target=discard, args=(proc,), daemon=True).start()
 
 
 def active_pids() -> set[int]:
@@ -465,21 +293,14 @@ async def _receive_by(channel: _Channel, when: float) -> dict[str, Any] | None:
 
 async def _reap(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is not None:
-        _close_pipes(proc)
+        close_pipes(proc)
         return
     try:
         await asyncio.to_thread(proc.wait, REAP_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        _kill(proc)
+        kill(proc)
         await asyncio.to_thread(proc.wait, REAP_TIMEOUT_S)
-    _close_pipes(proc)
-
-
-def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
-    for pipe in (proc.stdin, proc.stdout, proc.stderr):
-        if pipe is not None:
-            with contextlib.suppress(OSError):
-                pipe.close()
+    close_pipes(proc)
 
 
 def _crashed(proc: subprocess.Popen[bytes], channel: _Channel, what: str) -> VmOutcome:
