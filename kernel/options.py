@@ -66,6 +66,9 @@ class SessionOptions:
     net_allow: tuple[str, ...] | None = None
     # Who shares web_search's circuit breakers: this session, or every session of the fleet/process.
     search_breaker_scope: Literal["session", "fleet"] = "session"
+    # bash (issue 15): host environment variables a sandboxed/model-side command may see besides
+    # the built-in allow-list; exact names, or a prefix ending in "*". Names only, never values.
+    bash_env_passthrough: tuple[str, ...] = ()
     workspace_retrieval: bool = False
     artifact_store: Literal["file", "memory"] = "file"
     services: dict[str, Any] = field(default_factory=dict)
@@ -86,6 +89,7 @@ class SessionOptions:
             "bash_sandbox": self.bash_sandbox,
             "net_allow": list(self.net_allow) if self.net_allow is not None else None,
             "search_breaker_scope": self.search_breaker_scope,
+            "bash_env_passthrough": list(self.bash_env_passthrough),
             "workspace_retrieval": self.workspace_retrieval,
             "artifact_store": self.artifact_store,
             "offer_dynamic_workflow": self.offer_dynamic_workflow,

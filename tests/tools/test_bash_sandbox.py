@@ -56,14 +56,25 @@ def _alive(marker: str) -> bool:
 
 
 def test_b2_bwrap_argv_binds_workspace_after_fresh_tmp_and_isolates():
-    argv = bwrap_argv("/usr/bin/bwrap", ["bash", "-c", "true"], "/tmp/ws", "/tmp/ws/sub")
-    assert argv[:4] == ["/usr/bin/bwrap", "--ro-bind", "/", "/"]
-    assert argv.index("--bind") > argv.index("--tmpfs")
-    assert argv[argv.index("--bind") : argv.index("--bind") + 3] == ["--bind", "/tmp/ws", "/tmp/ws"]
-    for flag in ("--unshare-net", "--unshare-pid", "--die-with-parent", "--new-session"):
+    argv = bwrap_argv(
+        "/usr/bin/bwrap",
+        ["bash", "-c", "true"],
+        "/tmp/ws/sub",
+        seccomp_fd=9,
+        workspace_args=["--bind-fd", "7", "/tmp/ws"],
+        host_uid=0,
+    )
+    assert argv[0] == "/usr/bin/bwrap"
+    assert argv[argv.index("--ro-bind") : argv.index("--ro-bind") + 3] == ["--ro-bind", "/", "/"]
+    assert argv.index("--bind-fd") > argv.index("--tmpfs")
+    assert argv[argv.index("--bind-fd") : argv.index("--bind-fd") + 3] == ["--bind-fd", "7", "/tmp/ws"]
+    for flag in ("--unshare-all", "--unshare-user", "--die-with-parent", "--new-session"):
         assert flag in argv
+    assert argv[argv.index("--cap-drop") + 1] == "ALL"
+    assert argv[argv.index("--uid") + 1] == "65534" and argv[argv.index("--seccomp") + 1] == "9"
     assert argv[argv.index("--chdir") + 1] == "/tmp/ws/sub"
     assert argv[-4:] == ["--", "bash", "-c", "true"]
+    assert "--uid" not in bwrap_argv("bwrap", ["true"], "/", seccomp_fd=3, host_uid=1000)
 
 
 def test_b2_probe_reports_a_missing_binary(tmp_path):

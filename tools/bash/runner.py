@@ -1,6 +1,6 @@
 """The bash process runtime: one ``bash -c`` under one deadline, killed as a whole group (SPEC B-2, K-6).
 
-``run_shell`` starts ``bash -c <script>`` (optionally wrapped by a sandbox argv builder) with:
+``run_shell`` starts ``bash -c <script>`` (optionally inside a sandbox, see ``prepare``) with:
 
 - its own session and process group (``start_new_session=True``), so ``killpg(pid, SIGKILL)``
   reaches every process it started that did not leave the group itself;
@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 from kernel.errors import Transport, Unsupported
 from tools.bash.capture import READ_CHUNK_BYTES, OutputCapture, Stream
+from tools.bash.sandbox import SandboxCommand
 
 SETTLE_S = 0.5
 EXIT_POLL_S = 0.02
@@ -51,7 +52,7 @@ CWD_REPORT_FD_MIN = 200
 MAX_CWD_REPORT_BYTES = 64 * 1024
 SHELL = "bash"
 
-Wrap = Callable[[list[str]], list[str]]
+Prepare = Callable[[list[str]], SandboxCommand]
 OnOutput = Callable[[Stream, bytes], None]
 
 
@@ -90,7 +91,7 @@ async def run_shell(
     env: Mapping[str, str],
     timeout_s: float,
     capture: OutputCapture,
-    wrap: Wrap | None = None,
+    prepare: Prepare | None = None,
     on_output: OnOutput | None = None,
 ) -> ShellOutcome:
     """Run ``command``; return when it finished or the deadline passed. Re-raises cancellation."""
@@ -104,10 +105,17 @@ async def run_shell(
     os.close(report_w0)
     os.set_blocking(report_r, False)
 
+    prepared: SandboxCommand | None = None
     try:
         argv = [SHELL, "-c", shell_script(command, report_w)]
-        if wrap is not None:
-            argv = wrap(argv)
+        pass_fds: tuple[int, ...] = (report_w,)
+        if prepare is not None:
+            try:
+                prepared = prepare(argv)
+            except (OSError, RuntimeError, ValueError) as exc:
+                # The sandbox refused to build its command line: nothing ran.
+                raise Unsupported(f"the sandbox could not prepare the command: {exc}") from exc
+            argv, pass_fds = prepared.argv, pass_fds + prepared.pass_fds
         # Popen, not asyncio's subprocess: we own the pipe fds (add_reader, close without EOF) and
         # pass the cwd-report fd. fork/exec itself does not block the loop for long.
         proc = subprocess.Popen(  # noqa: ASYNC220
@@ -118,19 +126,20 @@ async def run_shell(
             cwd=cwd,
             env=dict(env),
             start_new_session=True,
-            pass_fds=(report_w,),
+            pass_fds=pass_fds,
             bufsize=0,
         )
     except OSError as exc:
         os.close(report_r)
         raise Transport(f"could not start {SHELL}: {exc}", op="bash") from exc
-    except (RuntimeError, ValueError) as exc:
-        # A host-supplied sandbox refused to build its command line: nothing ran.
+    except BaseException:
         os.close(report_r)
-        raise Unsupported(f"the sandbox could not prepare the command: {exc}") from exc
+        raise
     finally:
         # Only the child keeps the write end; once it (and its descendants) exit, the pipe is done.
         os.close(report_w)
+        if prepared is not None:
+            prepared.close()
 
     try:
         watch = _ProcessWatch(loop, proc, capture, on_output)

@@ -1,39 +1,80 @@
-"""The bash sandbox: a bubblewrap argv builder and a once-per-process availability probe (REFERENCE 4.7, §9.4).
+"""The bash sandbox: bubblewrap's command line and a once-per-process probe (REFERENCE 4.7, §9.4; issue 15).
 
-Policy inside the sandbox (``bwrap_argv``):
+What runs inside (``BwrapSandbox.prepare``), the same whether the host runs as root or not:
 
-- the whole root file system read-only (``--ro-bind / /``), a fresh ``/tmp`` (``--tmpfs /tmp``),
-  a minimal ``/dev`` and a fresh ``/proc``;
-- the workspace read-write at its own host path (``--bind root root``), so paths the command prints
-  are the same paths the host sees; ``<root>/.a3s`` (artifacts, indexes) is re-bound read-only on top;
-- no network (``--unshare-net``: only a downed loopback exists), its own PID namespace
-  (``--unshare-pid``), ``--die-with-parent`` and ``--new-session`` (no TIOCSTI onto our terminal).
+- **identity**: a new user namespace; as root on the host the command runs as ``nobody``
+  (65534:65534) inside, otherwise as the host's own uid. Either way the inside uid maps to the
+  host's uid, so files it writes in the workspace are owned, seen from the host, by the host
+  user, exactly as if the host had written them. Every capability is dropped (``--cap-drop ALL``,
+  empty bounding set), ``no_new_privs`` is set (bubblewrap always sets it: setuid binaries gain
+  nothing), and the namespace cannot create further user namespaces (``--disable-userns``, when
+  this bubblewrap supports it);
+- **namespaces**: user, PID, network, IPC, UTS and (when possible) cgroup are all new
+  (``--unshare-all``): no host process is visible, the only network is the sandbox's own
+  loopback, SysV IPC and POSIX message queues are private, the hostname is ``a3s-sandbox``;
+- **file system**: see ``tools/bash/mounts.py`` (read-only root, private /tmp /var/tmp /run, a
+  minimal /dev, a fresh /proc with read-only /proc/sys, the workspace read-write, ``.a3s`` and
+  ``.git`` read-only, host credential stores masked);
+- **system calls**: see ``tools/bash/seccomp.py`` (no Unix/vsock/… sockets — "no network" means
+  no IP *and* no Unix sockets, filesystem or abstract — no setuid/setgid bits, no io_uring,
+  keyrings, bpf, perf, userfaultfd);
+- **process**: ``--die-with-parent`` (the sandbox dies with the process that started it) and
+  ``--new-session`` (no TIOCSTI onto our terminal); the environment comes from
+  ``tools/bash/environment.py``.
 
-Order matters: the workspace bind comes *after* ``--tmpfs /tmp``, so a workspace under ``/tmp`` stays
-visible. Killing the outer ``bwrap`` (our child, in our process group) tears down the namespace:
-``--die-with-parent`` kills its PID 1, and the kernel kills every process of a PID namespace whose
-init dies, including ones that left the session.
-
-A sandbox is anything with ``available: bool`` and ``wrap(argv, workspace_root, cwd) -> argv``; a
-session may hand one in as ``ctx.services["sandbox"]`` (tests use that to force "unavailable").
-``default_sandbox()`` is the bubblewrap one; its probe runs the real policy once (``true`` inside it)
-and remembers the flag set that worked (plain first, since we may be root; then ``--unshare-user``
-for hosts where an unprivileged bwrap needs a user namespace).
+A sandbox is anything with ``available: bool`` and ``prepare(argv, workspace_root, cwd) ->
+SandboxCommand``; a session may hand one in as ``ctx.services["sandbox"]`` (tests use that to
+force "unavailable"). ``default_sandbox()`` is the bubblewrap one; its probe runs the real policy
+once and checks from inside that no capability survived, ``NoNewPrivs`` is 1 and the filter is
+loaded — otherwise the sandbox is unavailable and governed calls fail closed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-PROBE_TIMEOUT_S = 5.0
-INTERNAL_DIR = ".a3s"
-# Tried in order; the first that runs ``true`` under the full policy wins.
-PROBE_VARIANTS: tuple[tuple[str, ...], ...] = ((), ("--unshare-user",))
+from tools.bash import seccomp
+from tools.bash.mounts import SandboxRefused, system_args, workspace_mounts
+
+PROBE_TIMEOUT_S = 10.0
+HOSTNAME = "a3s-sandbox"
+NOBODY_UID = 65534
+NOBODY_GID = 65534
+# Tried in order; the first that passes the probe wins.
+PROBE_VARIANTS: tuple[tuple[str, ...], ...] = (("--disable-userns",), ())
+_PROBE_SCRIPT = "grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status"
+
+__all__ = [
+    "BwrapSandbox",
+    "Sandbox",
+    "SandboxCommand",
+    "SandboxRefused",
+    "UnavailableSandbox",
+    "bwrap_argv",
+    "default_sandbox",
+]
+
+
+@dataclass
+class SandboxCommand:
+    """The argv to run and the fds it names (pass them to the child, then ``close()``)."""
+
+    argv: list[str]
+    pass_fds: tuple[int, ...] = ()
+    _closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def close(self) -> None:
+        for closer in self._closers:
+            with contextlib.suppress(OSError):
+                closer()
+        self._closers.clear()
 
 
 @runtime_checkable
@@ -41,32 +82,48 @@ class Sandbox(Protocol):
     @property
     def available(self) -> bool: ...
 
-    def wrap(
+    def prepare(
         self, argv: Sequence[str], workspace_root: str | os.PathLike[str], cwd: str | os.PathLike[str]
-    ) -> list[str]: ...
+    ) -> SandboxCommand: ...
+
+
+def identity_args(host_uid: int) -> list[str]:
+    args = ["--unshare-all", "--unshare-user", "--cap-drop", "ALL"]
+    if host_uid == 0:
+        args += ["--uid", str(NOBODY_UID), "--gid", str(NOBODY_GID)]
+    return args
 
 
 def bwrap_argv(
     binary: str,
     argv: Sequence[str],
-    workspace_root: str | os.PathLike[str] | None,
     cwd: str | os.PathLike[str],
+    *,
+    seccomp_fd: int,
+    workspace_args: Sequence[str] = (),
     extra_flags: Sequence[str] = (),
+    host_uid: int | None = None,
 ) -> list[str]:
-    """The bubblewrap command line that runs ``argv`` in ``cwd`` under the policy above.
-
-    ``workspace_root=None`` gives the policy with no writable bind at all (the probe uses it).
-    """
-    out = [binary, *extra_flags, "--ro-bind", "/", "/", "--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc"]
-    if workspace_root is not None:
-        root = os.fspath(workspace_root)
-        out += ["--bind", root, root]
-        internal = os.path.join(root, INTERNAL_DIR)
-        if os.path.isdir(internal):
-            out += ["--ro-bind", internal, internal]
-    out += ["--unshare-net", "--unshare-pid", "--die-with-parent", "--new-session"]
+    """The bubblewrap command line that runs ``argv`` in ``cwd`` under the policy above."""
+    uid = os.getuid() if host_uid is None else host_uid
+    out = [binary, *identity_args(uid), *extra_flags, "--hostname", HOSTNAME]
+    out += system_args()
+    out += list(workspace_args)
+    out += ["--seccomp", str(seccomp_fd), "--die-with-parent", "--new-session"]
     out += ["--chdir", os.fspath(cwd), "--", *argv]
     return out
+
+
+def _filter_fd() -> int:
+    fd = os.memfd_create("a3s-seccomp", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, seccomp.program())
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.set_inheritable(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class BwrapSandbox:
@@ -95,36 +152,82 @@ class BwrapSandbox:
                 self._probed = True
             return self._available
 
-    def wrap(
+    def prepare(
         self, argv: Sequence[str], workspace_root: str | os.PathLike[str], cwd: str | os.PathLike[str]
-    ) -> list[str]:
+    ) -> SandboxCommand:
+        """Open the workspace's binds and the filter; raises ``SandboxRefused``/``OSError``/``RuntimeError``."""
         if not self.probe():
             raise RuntimeError(f"bubblewrap is not usable here: {self.probe_error}")
-        return bwrap_argv(self.binary, argv, workspace_root, cwd, self._flags)
+        home = os.environ.get("HOME")
+        mounts = workspace_mounts(os.fspath(workspace_root), home)
+        try:
+            filter_fd = _filter_fd()
+        except BaseException:
+            mounts.close()
+            raise
+        full = bwrap_argv(
+            self.binary,
+            argv,
+            cwd,
+            seccomp_fd=filter_fd,
+            workspace_args=mounts.args,
+            extra_flags=self._flags,
+        )
+        fds = (*mounts.fds, filter_fd)
+        return SandboxCommand(full, fds, [mounts.close, lambda: os.close(filter_fd)])
 
 
 def _probe(binary: str) -> tuple[bool, tuple[str, ...], str | None]:
     if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
         return False, (), f"{binary} is not installed"
+    try:
+        filter_fd = _filter_fd()
+    except (OSError, seccomp.UnsupportedArchitecture) as exc:
+        return False, (), f"no seccomp filter: {exc}"
     error = "unknown"
-    for flags in PROBE_VARIANTS:
-        argv = bwrap_argv(binary, ["true"], None, "/", flags)
-        try:
-            done = subprocess.run(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                timeout=PROBE_TIMEOUT_S,
-                check=False,
+    try:
+        for flags in PROBE_VARIANTS:
+            argv = bwrap_argv(
+                binary, ["bash", "-c", _PROBE_SCRIPT], "/", seccomp_fd=filter_fd, extra_flags=flags
             )
-        except (OSError, subprocess.SubprocessError) as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            continue
-        if done.returncode == 0:
-            return True, flags, None
-        error = done.stderr.decode("utf-8", "replace").strip()[:500] or f"exit {done.returncode}"
+            os.lseek(filter_fd, 0, os.SEEK_SET)
+            try:
+                done = subprocess.run(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    timeout=PROBE_TIMEOUT_S,
+                    check=False,
+                    pass_fds=(filter_fd,),
+                    env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                )
+            except (OSError, subprocess.SubprocessError) as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                continue
+            if done.returncode != 0:
+                error = done.stderr.decode("utf-8", "replace").strip()[:500] or f"exit {done.returncode}"
+                continue
+            problem = _confinement_problem(done.stdout.decode("ascii", "replace"))
+            if problem is None:
+                return True, flags, None
+            error = problem
+    finally:
+        os.close(filter_fd)
     return False, (), error
+
+
+def _confinement_problem(status: str) -> str | None:
+    """What the probe's ``/proc/self/status`` lines show is missing, or None when fully confined."""
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    values = {k.strip(): v.strip() for k, v in fields.items()}
+    for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        if values.get(cap) is None or int(values[cap], 16) != 0:
+            return f"the sandbox would keep capabilities ({cap}={values.get(cap)})"
+    if values.get("NoNewPrivs") != "1":
+        return "the sandbox would not set no_new_privs"
+    if values.get("Seccomp") != "2":
+        return "the sandbox's seccomp filter is not in force"
+    return None
 
 
 class UnavailableSandbox:
@@ -132,9 +235,9 @@ class UnavailableSandbox:
 
     available = False
 
-    def wrap(
+    def prepare(
         self, argv: Sequence[str], workspace_root: str | os.PathLike[str], cwd: str | os.PathLike[str]
-    ) -> list[str]:
+    ) -> SandboxCommand:
         raise RuntimeError("no sandbox is configured")
 
 

@@ -26,6 +26,10 @@ Metadata: ``exit_code, sandboxed, sandbox_available (when consulted), output{tot
 captured_bytes, truncated, timed_out, stdout{…,text}, stderr{…,text}}, timeout_ms,
 changed_paths, changed_paths_source, cwd, duration_ms``.
 
+Environment (``tools/bash/environment.py``): sandboxed and governed calls get an allow-listed
+environment (plus ``SessionOptions.bash_env_passthrough``); trusted host-direct calls that run on
+the host get the host's.
+
 Session cwd: ``ctx.session_state["bash"]["cwd"]`` holds a workspace-relative directory. Each call
 starts there (falling back to the root if it vanished or now resolves outside), and keeps the
 directory the shell reported at exit only if it is inside the workspace and not internal
@@ -49,8 +53,9 @@ from kernel.result import ToolResult
 from kernel.spec import ToolSpec
 from tools.bash.capture import OUTPUT_MAX_BYTES, OutputCapture, Stream
 from tools.bash.changes import MAX_CHANGED_PATHS, changed_paths, take_snapshot
+from tools.bash.environment import host_environment, minimal_environment
 from tools.bash.runner import run_shell
-from tools.bash.sandbox import BwrapSandbox, Sandbox, default_sandbox
+from tools.bash.sandbox import BwrapSandbox, Sandbox, SandboxCommand, default_sandbox
 
 NAME = "bash"
 DEFAULT_TIMEOUT_MS = 120_000
@@ -58,8 +63,6 @@ MIN_TIMEOUT_MS = 1_000
 SANDBOX_MODES = ("auto", "always", "never")
 INTERNAL_DIR = ".a3s"
 SANDBOX_REQUIRED = "bash requires a configured sandbox"
-# Added to the inherited environment: no interactive prompts, no pagers waiting on a terminal.
-EXTRA_ENV = {"CI": "1", "GIT_TERMINAL_PROMPT": "0", "PAGER": "cat", "GIT_PAGER": "cat"}
 
 
 class Params(BaseModel):
@@ -102,9 +105,11 @@ DESCRIPTION = (
     "GIT_TERMINAL_PROMPT=0 and PAGER=cat are set. Output of both streams is capped at 100 KiB "
     "(first 64 KiB + last 36 KiB, with exact byte counts); stdout and stderr are reported "
     "separately. The timeout (ms) covers the whole run; on timeout or cancellation every process "
-    "the command started is killed. Model-initiated commands run in a sandbox: read-only system, "
-    "writable workspace, private /tmp, no network. Use sandbox_permissions=require_escalated with "
-    "a justification only when the command truly needs the host (asks a human first)."
+    "the command started is killed. Model-initiated commands run in a sandbox as an unprivileged "
+    "user: read-only system, writable workspace (.git and .a3s read-only), private /tmp, no network "
+    "and no Unix sockets, a minimal environment (PATH, HOME, LANG, LC_*, TERM, TZ). Use "
+    "sandbox_permissions=require_escalated with a justification only when the command truly needs "
+    "the host (asks a human first)."
 )
 
 
@@ -142,20 +147,20 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
     effective_ms = max(0, min(timeout_ms, int(ctx.remaining_s() * 1000)))
     capture = OutputCapture()
     before = await take_snapshot(root)
-    wrap = None
+    prepare = None
     if sandbox is not None:
         chosen = sandbox
 
-        def wrap(argv: list[str]) -> list[str]:
-            return chosen.wrap(argv, root, cwd)
+        def prepare(argv: list[str]) -> SandboxCommand:
+            return chosen.prepare(argv, root, cwd)
 
     outcome = await run_shell(
         params.command,
         cwd=str(cwd),
-        env=_environment(),
+        env=_environment(ctx, minimal=sandbox is not None or ctx.governed),
         timeout_s=effective_ms / 1000,
         capture=capture,
-        wrap=wrap,
+        prepare=prepare,
         on_output=lambda stream, data: _emit(ctx, stream, data),
     )
     # A workspace too big to snapshot before is too big after: skip the second 400 ms attempt.
@@ -230,10 +235,11 @@ def _fail_closed(timeout_ms: int) -> ToolResult:
     return ToolResult.failure(NAME, error, metadata)
 
 
-def _environment() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(EXTRA_ENV)
-    return env
+def _environment(ctx: ToolContext, *, minimal: bool) -> dict[str, str]:
+    """The allow-listed environment for sandboxed and model-side calls; the host's for the rest."""
+    if minimal:
+        return minimal_environment(os.environ, getattr(ctx.settings, "bash_env_passthrough", ()))
+    return host_environment(os.environ)
 
 
 def _emit(ctx: ToolContext, stream: Stream, data: bytes) -> None:

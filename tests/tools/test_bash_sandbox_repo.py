@@ -1,0 +1,131 @@
+"""``.git`` and ``.a3s`` are not model territory inside the sandbox (issue 15 item 3; SPEC B-6, K-3).
+
+The repository (a directory, or a ``.git`` file naming a git directory elsewhere) is bound
+read-only; ``.a3s`` is created before the first sandboxed command and bound read-only; a
+``.a3s`` that is a symlink refuses the call.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from kernel.errors import Unsupported
+from tests.tools.bash_sandbox_support import bash, governed, host, needs_bwrap, stdout
+
+pytestmark = needs_bwrap
+
+_TAMPER = (
+    "git config core.fsmonitor 'touch {pwn}' 2>/dev/null && echo CONFIG-WRITTEN; "
+    "echo '[core]' >> {gitdir}/config 2>/dev/null && echo APPENDED; "
+    "mkdir -p {gitdir}/hooks && echo 'touch {pwn}' > {gitdir}/hooks/pre-commit 2>/dev/null && echo HOOK; "
+    "rm -rf .git 2>/dev/null; mv .git .git-moved 2>/dev/null && echo MOVED; "
+    "git status --porcelain >/dev/null 2>&1 && echo STATUS-OK; echo done"
+)
+
+
+def _commit(repo: pygit2.Repository, path: Path) -> None:
+    (path / "a.txt").write_text("a\n")
+    repo.index.add("a.txt")
+    repo.index.write()
+    tree = repo.index.write_tree()
+    sig = pygit2.Signature("t", "t@example.com")
+    repo.create_commit("HEAD", sig, sig, "init", tree, [])
+
+
+def _snapshot(directory: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+async def test_b6_git_directory_is_read_only_in_the_sandbox(tmp_path):
+    repo = pygit2.init_repository(str(tmp_path))
+    _commit(repo, tmp_path)
+    before = _snapshot(tmp_path / ".git")
+    pwn = tmp_path / "pwned"
+    result = await bash(governed(tmp_path), command=_TAMPER.format(pwn=pwn, gitdir=".git"))
+    out = stdout(result)
+    assert "STATUS-OK" in out and "done" in out
+    for marker in ("CONFIG-WRITTEN", "APPENDED", "HOOK", "MOVED"):
+        assert marker not in out
+    assert (tmp_path / ".git").is_dir() and _snapshot(tmp_path / ".git") == before
+    assert "fsmonitor" not in (tmp_path / ".git" / "config").read_text() and not pwn.exists()
+    # Unsandboxed, the same command rewrites the config: the read-only bind is what stops it.
+    control = await bash(
+        host(tmp_path), command=f"git config core.fsmonitor 'touch {pwn}' && echo CONFIG-WRITTEN"
+    )
+    assert "CONFIG-WRITTEN" in control.output
+
+
+async def test_b6_git_file_and_the_directories_it_names_are_read_only(tmp_path):
+    main = tmp_path / "main"
+    main.mkdir()
+    repo = pygit2.init_repository(str(main))
+    _commit(repo, main)
+    ws = tmp_path / "wt"
+    repo.add_worktree("wt", str(ws))
+    assert (ws / ".git").is_file()
+    gitdir = (ws / ".git").read_text().split(":", 1)[1].strip()
+    before_main, before_file = _snapshot(main / ".git"), (ws / ".git").read_bytes()
+    pwn = tmp_path / "pwned"
+    attack = (
+        _TAMPER.format(pwn=pwn, gitdir=gitdir)
+        + f"; echo 'gitdir: {tmp_path}' > .git 2>/dev/null && echo REPOINTED"
+    )
+    attack += f"; echo '[core]' >> {main}/.git/config 2>/dev/null && echo COMMON-APPENDED"
+    result = await bash(governed(ws), command=attack)
+    out = stdout(result)
+    assert "STATUS-OK" in out, result.output
+    for marker in ("CONFIG-WRITTEN", "APPENDED", "HOOK", "MOVED", "REPOINTED"):
+        assert marker not in out
+    assert (ws / ".git").read_bytes() == before_file and _snapshot(main / ".git") == before_main
+    assert not pwn.exists()
+
+
+async def test_b6_state_dir_is_created_before_the_first_sandboxed_command(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    assert not (ws / ".a3s").exists()
+    attack = (
+        f"mkdir -p .a3s/artifacts/objects 2>/dev/null; ln -s {outside} .a3s/artifacts/objects/bash 2>/dev/null; "
+        "rmdir .a3s 2>/dev/null; mv .a3s .a3s-old 2>/dev/null; ln -s / .a3s 2>/dev/null; ls -ld .a3s"
+    )
+    result = await bash(governed(ws), command=attack)
+    assert result.exit_code == 0
+    state = ws / ".a3s"
+    assert state.is_dir() and not state.is_symlink() and list(state.iterdir()) == []
+    assert not (ws / ".a3s-old").exists() and list(outside.iterdir()) == []
+
+
+async def test_b6_symlinked_state_dir_refuses_the_sandboxed_call(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / ".a3s").symlink_to(outside)
+    marker = f"ran-{secrets.token_hex(4)}"
+    with pytest.raises(Unsupported) as caught:
+        await bash(governed(ws), command=f"touch {marker}")
+    assert "is not a directory" in str(caught.value)
+    assert not (ws / marker).exists() and list(outside.iterdir()) == []
+    (ws / ".a3s").unlink()
+    (ws / ".a3s").write_text("a file")
+    with pytest.raises(Unsupported, match="is not a directory"):
+        await bash(governed(ws), command=f"touch {marker}")
+    assert not (ws / marker).exists()
+
+
+async def test_b6_workspace_without_git_still_runs_and_keeps_state_dir_read_only(tmp_path):
+    result = await bash(governed(tmp_path), command="echo hi > f && touch .a3s/x 2>/dev/null || echo denied")
+    assert stdout(result) == "denied\n" and (tmp_path / "f").read_text() == "hi\n"
+    shutil.rmtree(tmp_path / ".a3s")
+    assert not (tmp_path / ".a3s" / "x").exists()

@@ -1,0 +1,229 @@
+"""What the sandbox sees of the host's file system: the bubblewrap mount arguments (issue 15, items 1-3).
+
+Order of the mount table (later mounts cover earlier ones):
+
+1. ``/`` read-only (recursively: ``/sys`` and every other submount included);
+2. fresh, private, size-capped tmpfs on ``/tmp`` (``TMP_SIZE_BYTES``), an empty ``/var/tmp``, an
+   empty ``/run`` (``/var/run`` links there): no host socket file under them is even visible;
+   a minimal ``/dev`` (null, zero, full, random, urandom, tty, a private ``/dev/pts`` and
+   ``/dev/shm``: bubblewrap's ``--dev``); a fresh ``/proc`` for the sandbox's PID namespace,
+   with ``/proc/sys`` re-bound read-only and ``/proc/sysrq-trigger`` masked;
+3. the workspace read-write at its own physical path, bound from a directory fd we opened (so a
+   symlink swapped in after our checks cannot redirect the bind);
+4. ``<root>/.a3s`` read-only, always: it is created first when missing (``ensure_state_dir``,
+   never through a symlink — a symlinked or non-directory ``.a3s`` refuses the call), so the
+   sandbox can never create it and plant ``.a3s/artifacts/objects/bash -> /outside``;
+5. ``<root>/.git`` read-only: the directory, or — when ``.git`` is a file (worktrees,
+   submodules) — the file itself plus the git directory it names and that directory's
+   ``commondir``, wherever they live (so ``git status``/``log``/``diff`` still work inside; every
+   write to the repository fails with EROFS). When ``.git`` is a symlink, its target directory is
+   bound read-only but the link itself could be replaced; nested repositories' ``.git``
+   directories are ordinary workspace content (finding them would cost a walk of the tree on
+   every call) — only the root repository's configuration is honoured by our tools;
+6. host secrets masked: ``/etc/shadow``-like files and the usual credential stores under the
+   host user's ``$HOME`` (``MASKED_HOME_PATHS``): an empty read-only tmpfs over directories, the
+   null device (unreadable here: bound without device access) over files. A masked path that
+   contains the workspace is left alone.
+
+Every host path we bind is opened here (``O_PATH | O_NOFOLLOW``, relative to the workspace's
+directory fd) and handed to bubblewrap as an fd, which bubblewrap closes before the command runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat as stat_mod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+INTERNAL_DIR = ".a3s"
+GIT_DIR = ".git"
+TMP_SIZE_BYTES = 2 * 1024 * 1024 * 1024
+MAX_GITFILE_BYTES = 4096
+# Readable only by their owner, root: the sandbox's uid maps to the host's uid, root on CI.
+MASKED_SYSTEM_PATHS = (
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/shadow-",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/ssl/private",
+)
+# Credential stores under the host user's home (as named by $HOME of the host process).
+MASKED_HOME_PATHS = (
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".kube",
+    ".docker",
+    ".netrc",
+    ".pypirc",
+    ".npmrc",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".git-credentials",
+    ".password-store",
+    ".vault-token",
+    ".terraformrc",
+    ".config/gcloud",
+    ".config/gh",
+    ".config/hub",
+    ".config/git/credentials",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".local/share/keyrings",
+    ".claude/.credentials.json",
+)
+_PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class SandboxRefused(RuntimeError):
+    """The workspace cannot be sandboxed safely as it is (e.g. ``.a3s`` is a symlink)."""
+
+
+@dataclass
+class Mounts:
+    """bubblewrap arguments plus the fds they name (the caller passes them, then closes them)."""
+
+    args: list[str] = field(default_factory=list)
+    fds: list[int] = field(default_factory=list)
+
+    def bind_fd(self, fd: int, dest: str, *, read_only: bool) -> None:
+        os.set_inheritable(fd, True)
+        self.fds.append(fd)
+        self.args += ["--ro-bind-fd" if read_only else "--bind-fd", str(fd), dest]
+
+    def close(self) -> None:
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds.clear()
+
+
+def system_args() -> list[str]:
+    """Steps 1-2: read-only root, private scratch directories, minimal /dev, fresh /proc."""
+    return [
+        "--ro-bind", "/", "/",
+        "--size", str(TMP_SIZE_BYTES), "--tmpfs", "/tmp",
+        "--tmpfs", "/var/tmp",
+        "--tmpfs", "/run",
+        "--dev", "/dev",
+        "--proc", "/proc",
+        # The sandbox's uid is the host's uid: as root it would pass sysctl's owner check.
+        "--ro-bind", "/proc/sys", "/proc/sys",
+        "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger",
+    ]  # fmt: skip
+
+
+def workspace_mounts(root: str, home: str | None) -> Mounts:
+    """Steps 3-6 for the physical workspace ``root``; raises ``SandboxRefused``/``OSError``."""
+    if os.path.realpath(root) == "/":
+        raise SandboxRefused("the workspace is the whole file system: there is nothing to keep read-only")
+    mounts = Mounts()
+    try:
+        root_fd = os.open(root, _PATH_FLAGS | os.O_DIRECTORY)
+        mounts.bind_fd(root_fd, root, read_only=False)
+        state_fd = ensure_state_dir(root_fd)
+        mounts.bind_fd(state_fd, os.path.join(root, INTERNAL_DIR), read_only=True)
+        for fd, dest in _git_binds(root, root_fd):
+            mounts.bind_fd(fd, dest, read_only=True)
+        mounts.args += _mask_args(root, home)
+    except BaseException:
+        mounts.close()
+        raise
+    return mounts
+
+
+def ensure_state_dir(root_fd: int) -> int:
+    """An ``O_PATH`` fd of ``<root>/.a3s``, created (0o755) when missing, never followed through a link."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(INTERNAL_DIR, 0o755, dir_fd=root_fd)
+    try:
+        return os.open(INTERNAL_DIR, _PATH_FLAGS | os.O_DIRECTORY, dir_fd=root_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise SandboxRefused(
+                f"the workspace's {INTERNAL_DIR} is not a directory (a symlink or a file): "
+                "refusing to run a sandboxed command beside it"
+            ) from exc
+        raise
+
+
+def _git_binds(root: str, root_fd: int) -> Iterator[tuple[int, str]]:
+    try:
+        st = os.lstat(GIT_DIR, dir_fd=root_fd)
+    except FileNotFoundError:
+        return
+    dest = os.path.join(root, GIT_DIR)
+    if stat_mod.S_ISDIR(st.st_mode):
+        yield os.open(GIT_DIR, _PATH_FLAGS | os.O_DIRECTORY, dir_fd=root_fd), dest
+        return
+    if stat_mod.S_ISLNK(st.st_mode):
+        target = os.path.realpath(dest)
+        if os.path.isdir(target):
+            yield from _bind_dir(target)
+        return
+    if not stat_mod.S_ISREG(st.st_mode):
+        return
+    yield os.open(GIT_DIR, _PATH_FLAGS, dir_fd=root_fd), dest
+    gitdir = _read_gitfile(root_fd)
+    if gitdir is None:
+        return
+    gitdir = os.path.realpath(os.path.join(root, gitdir))
+    yield from _bind_dir(gitdir)
+    common = _read_small(os.path.join(gitdir, "commondir"))
+    if common:
+        yield from _bind_dir(os.path.realpath(os.path.join(gitdir, common)))
+
+
+def _bind_dir(path: str) -> Iterator[tuple[int, str]]:
+    try:
+        yield os.open(path, _PATH_FLAGS | os.O_DIRECTORY), path
+    except OSError:
+        return
+
+
+def _read_gitfile(root_fd: int) -> str | None:
+    try:
+        fd = os.open(GIT_DIR, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=root_fd)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, MAX_GITFILE_BYTES)
+    finally:
+        os.close(fd)
+    text = data.decode("utf-8", "replace").strip()
+    if not text.startswith("gitdir:"):
+        return None
+    return text[len("gitdir:") :].strip() or None
+
+
+def _read_small(path: str) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(MAX_GITFILE_BYTES).decode("utf-8", "replace").strip() or None
+    except OSError:
+        return None
+
+
+def _mask_args(root: str, home: str | None) -> list[str]:
+    paths = list(MASKED_SYSTEM_PATHS)
+    if home and os.path.isabs(home) and os.path.realpath(home) != "/":
+        paths += [os.path.join(home, rel) for rel in MASKED_HOME_PATHS]
+    args: list[str] = []
+    for path in paths:
+        try:
+            real = os.path.realpath(path)
+            st = os.stat(real)
+        except OSError:
+            continue
+        if root == real or root.startswith(real.rstrip("/") + "/"):
+            continue  # masking it would hide the workspace itself
+        if stat_mod.S_ISDIR(st.st_mode):
+            args += ["--perms", "0000", "--tmpfs", real, "--remount-ro", real]
+        else:
+            args += ["--ro-bind", "/dev/null", real]
+    return args
