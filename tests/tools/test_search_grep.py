@@ -440,9 +440,13 @@ SLOW_RG_PATTERN = r"(?:[a-j]\w{0,9}\s\w{1,10}\s){5,6}\d{4}"
 
 
 def _children_running(marker: str) -> list[int]:
-    """Pids of live (not zombie) children of this process whose command line holds ``marker``."""
-    me = str(os.getpid())
-    out = []
+    """Pids of live (not zombie) descendants of this process whose command line holds ``marker``.
+
+    Descendants, not only children: rg runs under its supervisor (tools/_proc.py).
+    """
+    me = os.getpid()
+    parents: dict[int, int] = {}
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -452,8 +456,17 @@ def _children_running(marker: str) -> list[int]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
-        if fields[1] == me and fields[0] != "Z" and marker.encode() in cmdline:
-            out.append(int(entry))
+        parents[int(entry)] = int(fields[1])
+        if fields[0] != "Z" and marker.encode() in cmdline:
+            found.append(int(entry))
+    out = []
+    for pid in found:
+        seen, cur = set(), parents.get(pid)
+        while cur and cur not in seen and cur != me:
+            seen.add(cur)
+            cur = parents.get(cur)
+        if cur == me:
+            out.append(pid)
     return out
 
 

@@ -2,8 +2,9 @@
 
 ``run_shell`` starts ``bash -c <script>`` (optionally inside a sandbox, see ``prepare``) with:
 
-- its own session and process group (``start_new_session=True``), so ``killpg(pid, SIGKILL)``
-  reaches every process it started that did not leave the group itself;
+- its own session and process group, started through ``tools._proc.spawn``: a supervisor process
+  (a child subreaper) owns it, so when the call ends — or this process dies, SIGKILL included —
+  the group *and every other descendant* (``setsid`` daemons, double forks) is killed;
 - stdin on ``/dev/null``; stdout and stderr on two pipes we read ourselves, non-blocking, in
   ``READ_CHUNK_BYTES`` pieces, straight into a bounded ``OutputCapture``;
 - a side pipe (a high fd, ``CWD_REPORT_FD_MIN`` or above) on which an ``EXIT`` trap writes
@@ -11,38 +12,32 @@
 
 One deadline covers draining both pipes *and* the exit of the shell. A background grandchild that
 keeps a pipe open cannot extend it: after the shell exits we keep draining until EOF, but only up
-to the deadline; then the group is killed and the call reports a timeout (``timed_out``). We chose
+to the deadline; then the tree is killed and the call reports a timeout (``timed_out``). We chose
 this over a short post-exit grace period because a process still writing into our pipe is still
 part of the command's observable work; model-facing callers that want a server should redirect
 its output (it is then killed when the call ends, see below) — ``job_action:"detach"`` is not
 implemented.
 
-Cleanup always runs, on success, timeout, error and asyncio cancellation, in this order:
-``killpg(SIGKILL)`` *before* the shell is reaped (a zombie keeps its pid reserved, so the group id
-cannot be recycled under us) → stop reading and close our pipe ends (never wait for EOF) → up to
-``SETTLE_S`` (500 ms) for the shell to exit → reap it (a daemon thread finishes the reap if the
-settle was cut short). Consequence, documented on purpose: no process of the group outlives the
-call, even after a normal exit (``sleep 300 >/dev/null &`` dies with the call). A process that
-called ``setsid`` itself escapes the group; inside the sandbox the PID namespace still kills it.
-
-Exit is observed with a pidfd (Linux ≥ 5.3), else by polling ``waitid(WNOWAIT)``; neither reaps,
-so the kill-before-reap order holds in both.
+Cleanup always runs, on success, timeout, error and asyncio cancellation, in this order: kill the
+process group, then let the supervisor kill every remaining descendant and reap them all (it
+keeps the shell unreaped until then, so the group id cannot be recycled under the kill) → stop
+reading and close our pipe ends (never wait for EOF) → up to ``SETTLE_S`` (500 ms) for the
+supervisor to report everything gone. Consequence, documented on purpose: no process the command
+started outlives the call, even after a normal exit (``sleep 300 >/dev/null &`` and
+``setsid sleep 300 &`` die with the call).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
 import os
-import signal
-import subprocess
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kernel.errors import Transport, Unsupported
+from tools._proc import DEVNULL, PIPE, Child, spawn
 from tools.bash.capture import READ_CHUNK_BYTES, OutputCapture, Stream
 from tools.bash.sandbox import SandboxCommand
 
@@ -116,19 +111,9 @@ async def run_shell(
                 # The sandbox refused to build its command line: nothing ran.
                 raise Unsupported(f"the sandbox could not prepare the command: {exc}") from exc
             argv, pass_fds = prepared.argv, pass_fds + prepared.pass_fds
-        # Popen, not asyncio's subprocess: we own the pipe fds (add_reader, close without EOF) and
-        # pass the cwd-report fd. fork/exec itself does not block the loop for long.
-        proc = subprocess.Popen(  # noqa: ASYNC220
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=dict(env),
-            start_new_session=True,
-            pass_fds=pass_fds,
-            bufsize=0,
-        )
+        # Not asyncio's subprocess: we own the pipe fds (add_reader, close without EOF), pass the
+        # cwd-report fd, and tie the whole process tree to this process (tools/_proc.py).
+        proc = spawn(argv, cwd=cwd, env=env, stdin=DEVNULL, stdout=PIPE, stderr=PIPE, pass_fds=pass_fds)
     except OSError as exc:
         os.close(report_r)
         raise Transport(f"could not start {SHELL}: {exc}", op="bash") from exc
@@ -144,12 +129,8 @@ async def run_shell(
     try:
         watch = _ProcessWatch(loop, proc, capture, on_output)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+        proc.kill()
+        proc.close()
         os.close(report_r)
         raise
     timed_out = False
@@ -179,12 +160,12 @@ async def run_shell(
 
 
 class _ProcessWatch:
-    """Event-loop readers for the two pipes plus an exit watcher; ``close()`` is the cleanup."""
+    """Event-loop readers for the two pipes plus the exit notification; ``close()`` is the cleanup."""
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        proc: subprocess.Popen[bytes],
+        proc: Child,
         capture: OutputCapture,
         on_output: OnOutput | None,
     ) -> None:
@@ -195,8 +176,7 @@ class _ProcessWatch:
         self.exited: asyncio.Future[None] = loop.create_future()
         self._eof: dict[int, asyncio.Future[None]] = {}
         self._readers: list[int] = []
-        self._pidfd: int | None = None
-        self._poller: asyncio.Task[None] | None = None
+        self._status_fd: int | None = None
         assert proc.stdout is not None and proc.stderr is not None
         for pipe, stream in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
             fd = pipe.fileno()
@@ -204,12 +184,8 @@ class _ProcessWatch:
             self._eof[fd] = loop.create_future()
             loop.add_reader(fd, self._on_readable, fd, stream)
             self._readers.append(fd)
-        try:
-            self._pidfd = os.pidfd_open(proc.pid)
-        except (AttributeError, OSError):
-            self._poller = loop.create_task(self._poll_exit())
-        else:
-            loop.add_reader(self._pidfd, self._on_exit)
+        self._status_fd = proc.exit_fd
+        loop.add_reader(self._status_fd, self._on_status)
 
     def waiters(self) -> list[asyncio.Future[None]]:
         return [*self._eof.values(), self.exited]
@@ -236,57 +212,52 @@ class _ProcessWatch:
         if fut is not None and not fut.done():
             fut.set_result(None)
 
-    def _on_exit(self) -> None:
-        if self._pidfd is not None:
-            self._loop.remove_reader(self._pidfd)
-        if not self.exited.done():
-            self.exited.set_result(None)
+    def _on_status(self) -> None:
+        # The shell exited (its supervisor keeps it unreaped until we let go, so its process
+        # group id stays reserved): stop listening until close() waits for the clean-up.
+        if self._proc.poll() is not None:
+            self._stop_status()
+            if not self.exited.done():
+                self.exited.set_result(None)
 
-    async def _poll_exit(self) -> None:
-        # waitid(WNOWAIT) observes the exit without reaping, keeping the pid (= pgid) reserved.
-        while True:
-            try:
-                flags = os.WEXITED | os.WNOHANG | os.WNOWAIT  # WNOHANG: never blocks
-                info = os.waitid(os.P_PID, self._proc.pid, flags)  # noqa: ASYNC222
-            except ChildProcessError:
-                info = True  # already reaped elsewhere: treat as exited
-            if info is not None:
-                if not self.exited.done():
-                    self.exited.set_result(None)
-                return
-            await asyncio.sleep(EXIT_POLL_S)
+    def _stop_status(self) -> None:
+        if self._status_fd is not None:
+            self._loop.remove_reader(self._status_fd)
+            self._status_fd = None
 
     async def close(self) -> None:
-        """Kill the group, stop reading, settle ≤ ``SETTLE_S``, reap. Safe under cancellation."""
+        """Kill the tree, stop reading, settle ≤ ``SETTLE_S`` until every process is gone. Cancel-safe."""
         proc = self._proc
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        proc.kill()
         for fd in list(self._readers):
             self._stop_reading(fd)
         for pipe in (proc.stdout, proc.stderr):
             if pipe is not None:
                 pipe.close()
+        self._stop_status()
         cancelled = False
-        if not self.exited.done():
+        if not proc.finished:
+            gone: asyncio.Future[None] = self._loop.create_future()
+
+            def check() -> None:
+                if proc.finished and not gone.done():
+                    gone.set_result(None)
+
+            fd = proc.exit_fd
+            self._loop.add_reader(fd, check)
             try:
-                await asyncio.wait_for(asyncio.shield(self.exited), SETTLE_S)
+                await asyncio.wait_for(asyncio.shield(gone), SETTLE_S)
             except TimeoutError:
                 pass
             except asyncio.CancelledError:
-                # Cancelled again while settling: finish the cleanup synchronously, then re-raise.
+                # Cancelled again while settling: the supervisor finishes the clean-up alone.
                 cancelled = True
-        if self._poller is not None:
-            self._poller.cancel()
-        if self._pidfd is not None:
-            if not self.exited.done():
-                self._loop.remove_reader(self._pidfd)
-            os.close(self._pidfd)
-            self._pidfd = None
+            finally:
+                self._loop.remove_reader(fd)
+        proc.poll()
         if not self.exited.done():
             self.exited.cancel()
-        if proc.poll() is None:
-            # SIGKILLed but not yet gone (e.g. in uninterruptible sleep): finish the reap off-loop.
-            threading.Thread(target=proc.wait, name=f"bash-reap-{proc.pid}", daemon=True).start()
+        proc.close()
         if cancelled:
             raise asyncio.CancelledError
 

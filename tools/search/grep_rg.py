@@ -9,7 +9,8 @@ the block bytes, text only for the blocks the collector can still show, and a bl
 ripgrep's binary-file warning is dropped as ``--count`` drops it. ``include`` becomes a ``-g``
 override and its results are re-checked against the ignore rules, because ripgrep lets an override
 whitelist ignored and hidden files. The process runs in its own process group and is killed on
-timeout, cancellation, or when its output passes ``MAX_RG_OUTPUT_BYTES`` (then ``truncated``).
+timeout, cancellation, or when its output passes ``MAX_RG_OUTPUT_BYTES`` (then ``truncated``); it is
+started through ``tools._proc.spawn``, so it also dies with this process.
 """
 
 from __future__ import annotations
@@ -17,12 +18,11 @@ from __future__ import annotations
 import os
 import re
 import selectors
-import signal
-import subprocess
 from collections.abc import Callable
 
 from kernel.errors import InvalidArgument, Transport
 from kernel.workspace import Workspace
+from tools._proc import spawn
 from tools.search.grep import ContentSink, GrepQuery, Guard, Line, ScanResult, filter_result
 
 MAX_RG_OUTPUT_BYTES = 512 * 1024 * 1024
@@ -158,15 +158,8 @@ class RipgrepEngine:
         assert ws.root is not None
         guard.check()
         try:
-            proc = subprocess.Popen(
-                argv,
-                cwd=ws.root,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                env={"PATH": os.environ.get("PATH", ""), "LC_ALL": "C.UTF-8"},
-            )
+            # Tied to this process (tools/_proc.py): a killed worker leaves no ripgrep behind.
+            proc = spawn(argv, cwd=ws.root, env={"PATH": os.environ.get("PATH", ""), "LC_ALL": "C.UTF-8"})
         except OSError as exc:
             raise Transport(f"could not start ripgrep: {exc}", op="search.grep") from exc
         assert proc.stdout is not None and proc.stderr is not None
@@ -180,7 +173,7 @@ class RipgrepEngine:
         try:
             while open_streams:
                 if guard.stop:
-                    _kill(proc)
+                    proc.kill()
                     guard.check()
                 for key, _ in sel.select(POLL_INTERVAL_S):
                     fd = out_fd if key.data == "out" else err_fd
@@ -196,17 +189,16 @@ class RipgrepEngine:
                     read_total += len(chunk)
                     if read_total > MAX_RG_OUTPUT_BYTES:
                         result.truncated = True
-                        _kill(proc)
+                        proc.kill()
                         open_streams = 0
                         break
                     on_data(chunk)
         finally:
             sel.close()
             if proc.poll() is None and (result.truncated or guard.stop):
-                _kill(proc)
+                proc.kill()
             code = proc.wait()
-            proc.stdout.close()
-            proc.stderr.close()
+            proc.close()
         guard.check()
         err = stderr.decode("utf-8", "replace")
         if code == 2 and (
@@ -218,13 +210,6 @@ class RipgrepEngine:
         result.failed_reads += sum(
             1 for ln in err.splitlines() if "os error" in ln or "Permission denied" in ln
         )
-
-
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class _BlockReader:

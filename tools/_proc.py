@@ -1,0 +1,528 @@
+"""Child processes tied to this process's life: ``spawn()`` (issue 15 item 7; SPEC K-6).
+
+Tools that run programs (``bash``, ripgrep, later the ``program`` VM) start them with ``spawn``,
+never with a bare ``subprocess.Popen``. The guarantee: **when this process dies — SIGKILL
+included — or lets go of a child, the child and every process it started die too**, the ones
+that called ``setsid`` or double-forked included. So a job redelivered after its worker was
+killed never runs beside the orphan of its first attempt, and a host-direct ``bash`` call can no
+longer leave a ``setsid`` daemon behind.
+
+How (see ``tools/_proc_zygote.py`` for the other side):
+
+- one small helper process per process that spawns (started on first use with ``python -I -S``,
+  forked afresh in a forked child), reached over a socket pair; it forks a *supervisor* per
+  command, which is a child subreaper and forks the command;
+- each command gets a **control pipe** whose only write end is held here (close-on-exec, and
+  closed in forked children). Its EOF — ``TiedProcess.release()`` or this process dying — makes
+  the supervisor kill the command's process group and then every remaining descendant;
+- exit statuses and "all gone" come back on a **status pipe** (``exit_fd`` is readable when
+  something arrived), so callers poll it or register it with an event loop.
+
+Why not ``PR_SET_PDEATHSIG`` in a ``preexec_fn``: ``preexec_fn`` is unsafe in a threaded process,
+and the death signal fires when the *thread* that forked exits — tools spawn from worker threads
+(``asyncio.to_thread``), so the child would die early, or outlive us when the thread lingers. It
+also ties only the direct child, not its descendants. Here no code runs between fork and exec in
+this (threaded) process; the helper and supervisors are single-threaded.
+
+What remains: nothing cleans up after a supervisor that is itself SIGKILLed (by an operator or
+the OOM killer); a process cannot leave its supervisor's subtree without privileges. When the
+helper cannot start (no ``pidfd``, not Linux) ``spawn`` falls back to an untied ``Popen``
+(``UntiedProcess``: group kill only) and ``tied()`` is False.
+"""
+
+from __future__ import annotations
+
+import array
+import atexit
+import contextlib
+import errno
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import IO, Final, Protocol
+
+PIPE: Final = subprocess.PIPE
+DEVNULL: Final = subprocess.DEVNULL
+ZYGOTE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_proc_zygote.py")
+SPAWN_TIMEOUT_S = 30.0
+SEND_ATTEMPTS = 2  # a helper found dead is replaced once
+_HEADER = struct.Struct("!II")  # payload length, fd count (the helper's ``HEADER``)
+
+
+class SpawnError(OSError):
+    """The spawn helper failed (not the program: a missing program is ``FileNotFoundError``)."""
+
+
+class Child(Protocol):
+    """What ``spawn`` returns: a Popen-like handle whose ``exit_fd`` turns readable on exit."""
+
+    pid: int
+    returncode: int | None
+    stdin: IO[bytes] | None
+    stdout: IO[bytes] | None
+    stderr: IO[bytes] | None
+
+    @property
+    def exit_fd(self) -> int: ...
+
+    @property
+    def finished(self) -> bool: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def wait_finished(self, timeout: float) -> bool: ...
+
+    def kill(self) -> None: ...
+
+    def release(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class TiedProcess:
+    """A running command owned by a supervisor. Popen-like: ``pid``, ``stdout``, ``poll()``, ``wait()``.
+
+    ``kill()`` SIGKILLs the command's group and (through the supervisor) every descendant;
+    ``release()`` does the same without the immediate group kill — call it when done with the
+    process; ``close()`` releases and closes every fd. ``exit_fd`` becomes readable when the
+    command exits (and again when the supervisor finished cleaning up).
+    """
+
+    def __init__(self, pid: int, status_r: int, ctrl_w: int, new_session: bool) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self.stdin: IO[bytes] | None = None
+        self.stdout: IO[bytes] | None = None
+        self.stderr: IO[bytes] | None = None
+        self._status_r = status_r
+        self._ctrl_w = ctrl_w
+        self._new_session = new_session
+        self._buffer = b""
+        self._done = False
+        self._eof = False
+        self._lock = threading.Lock()
+        _live.add(self)
+
+    @property
+    def exit_fd(self) -> int:
+        return self._status_r
+
+    @property
+    def finished(self) -> bool:
+        """The supervisor reported that the command and all its descendants are gone."""
+        self._pump()
+        return self._done
+
+    def poll(self) -> int | None:
+        self._pump()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise subprocess.TimeoutExpired("spawned command", timeout or 0.0)
+            select.select([self._status_r], [], [], remaining)
+        assert self.returncode is not None
+        return self.returncode
+
+    def wait_finished(self, timeout: float) -> bool:
+        """Wait until every process of the command is gone (after ``release``/``kill``)."""
+        deadline = time.monotonic() + timeout
+        while not self.finished:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            select.select([self._status_r], [], [], remaining)
+        return True
+
+    def kill(self) -> None:
+        if self._new_session and self.returncode is None:
+            # Fast path while the command is alive (its zombie would keep the group id reserved
+            # too; once reported exited we leave the group kill to the supervisor, which has not
+            # reaped it yet).
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+        self.release()
+
+    def release(self) -> None:
+        with self._lock:
+            if self._ctrl_w >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(self._ctrl_w)
+                self._ctrl_w = -1
+
+    def close(self) -> None:
+        self.release()
+        for pipe in (self.stdin, self.stdout, self.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        with self._lock:
+            if self._status_r >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(self._status_r)
+                self._status_r = -1
+        _live.discard(self)
+
+    def __enter__(self) -> TiedProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # A handle dropped without close() must still let its supervisor finish.
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def _pump(self) -> None:
+        """Read whatever status lines arrived, without blocking."""
+        with self._lock:
+            while not self._eof and self._status_r >= 0:
+                if not select.select([self._status_r], [], [], 0)[0]:
+                    return
+                try:
+                    data = os.read(self._status_r, 4096)
+                except InterruptedError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    self._eof = self._done = True
+                    if self.returncode is None:
+                        self.returncode = -signal.SIGKILL  # the supervisor vanished mid-run
+                    return
+                self._buffer += data
+                *lines, self._buffer = self._buffer.split(b"\n")
+                for line in lines:
+                    self._on_line(line.decode("ascii", "replace"))
+
+    def _on_line(self, line: str) -> None:
+        kind, _, value = line.partition(" ")
+        if kind == "X" and self.returncode is None:
+            self.returncode = int(value)
+        elif kind == "D":
+            self._done = True
+
+    def _close_control_in_child(self) -> None:
+        # After fork: the child must not keep our children alive by holding their control pipe.
+        if self._ctrl_w >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._ctrl_w)
+            self._ctrl_w = -1
+
+
+_live: weakref.WeakSet[TiedProcess] = weakref.WeakSet()
+
+
+class UntiedProcess:
+    """The fallback when no helper can run: a Popen with the same surface, tied to nothing.
+
+    Like the supervisor, it observes the exit without reaping (``waitid(WNOWAIT)``) so the group
+    kill in ``release()`` cannot hit a recycled group id; it reaps afterwards.
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes], new_session: bool) -> None:
+        self._popen = popen
+        self._new_session = new_session
+        self.pid = popen.pid
+        self.returncode: int | None = None
+        self.stdin, self.stdout, self.stderr = popen.stdin, popen.stdout, popen.stderr
+        self._pidfd = os.pidfd_open(popen.pid) if hasattr(os, "pidfd_open") else -1
+        self._released = False
+
+    @property
+    def exit_fd(self) -> int:
+        return self._pidfd
+
+    @property
+    def finished(self) -> bool:
+        return self._released and self.poll() is not None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                info = None
+                self.returncode = (
+                    self._popen.returncode if self._popen.returncode is not None else -signal.SIGKILL
+                )
+            if info is not None:
+                self.returncode = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise subprocess.TimeoutExpired("spawned command", timeout or 0.0)
+            if self._pidfd >= 0:
+                select.select([self._pidfd], [], [], remaining)
+            else:
+                time.sleep(0.01)
+        assert self.returncode is not None
+        return self.returncode
+
+    def wait_finished(self, timeout: float) -> bool:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.wait(timeout)
+        return self.finished
+
+    def kill(self) -> None:
+        self.release()
+
+    def release(self) -> None:
+        if not self._released:
+            if self._new_session:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.pid, signal.SIGKILL)
+            else:
+                with contextlib.suppress(ProcessLookupError):
+                    self._popen.kill()
+        self._released = True
+
+    def close(self) -> None:
+        self.release()
+        for pipe in (self.stdin, self.stdout, self.stderr):
+            if pipe is not None:
+                pipe.close()
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
+        if self._popen.poll() is None:
+            # SIGKILLed but not yet gone (uninterruptible sleep): finish the reap off this thread.
+            threading.Thread(target=self._popen.wait, name=f"reap-{self.pid}", daemon=True).start()
+
+
+class _Helper:
+    """The per-process spawn helper (``_proc_zygote.py``) and the socket to it."""
+
+    def __init__(self) -> None:
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", ZYGOTE_PATH, str(child.fileno())],
+                stdin=subprocess.DEVNULL,
+                pass_fds=(child.fileno(),),
+                start_new_session=True,
+            )
+        except BaseException:
+            parent.close()
+            raise
+        finally:
+            child.close()
+        self.sock = parent
+        self.owner = os.getpid()
+        self.lock = threading.Lock()
+
+    def send(self, spec: dict[str, object], fds: Sequence[int]) -> None:
+        body = json.dumps(spec).encode("utf-8", "surrogateescape")
+        header = _HEADER.pack(len(body), len(fds))
+        with self.lock:
+            ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _fd_array(fds))]
+            sent = self.sock.sendmsg([header], ancillary)
+            if sent != len(header):
+                self.sock.sendall(header[sent:])
+            self.sock.sendall(body)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def forget(self) -> None:
+        """In a forked child: drop the parent's helper without touching the parent's socket state."""
+        with contextlib.suppress(OSError):
+            os.close(self.sock.detach())
+
+
+def _fd_array(fds: Sequence[int]) -> bytes:
+    return array.array("i", fds).tobytes()
+
+
+_helper: _Helper | None = None
+_helper_lock = threading.Lock()
+_helper_failed: str | None = None
+
+
+def _get_helper() -> _Helper | None:
+    global _helper, _helper_failed
+    with _helper_lock:
+        if _helper is not None and _helper.owner == os.getpid() and _helper.alive():
+            return _helper
+        if _helper is not None and _helper.owner == os.getpid():
+            with contextlib.suppress(OSError):
+                _helper.sock.close()
+            _helper.proc.wait()
+        _helper = None
+        if not hasattr(os, "pidfd_open") or not sys.platform.startswith("linux"):
+            _helper_failed = "needs Linux with pidfd_open"
+            return None
+        try:
+            _helper = _Helper()
+        except OSError as exc:
+            _helper_failed = f"{type(exc).__name__}: {exc}"
+            return None
+        _helper_failed = None
+        return _helper
+
+
+@atexit.register
+def _stop_helper() -> None:
+    """At exit: let the helper go (EOF on its socket) and reap it, so nothing is left unreaped."""
+    global _helper
+    helper, _helper = _helper, None
+    if helper is not None and helper.owner == os.getpid():
+        helper.sock.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            helper.proc.wait(timeout=2)
+
+
+def _after_fork_in_child() -> None:
+    global _helper
+    if _helper is not None:
+        _helper.forget()
+        _helper = None
+    for proc in list(_live):
+        proc._close_control_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def tied() -> bool:
+    """Whether ``spawn`` ties children to this process here (the helper could start)."""
+    return _get_helper() is not None
+
+
+def _resolve(program: str, env: Mapping[str, str] | None) -> str:
+    if os.sep in program:
+        return program
+    path = (env or os.environ).get("PATH", os.defpath)
+    found = shutil.which(program, path=path)
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, f"No such file or directory: {program!r}", program)
+    return found
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: int = DEVNULL,
+    stdout: int = PIPE,
+    stderr: int = PIPE,
+    pass_fds: Sequence[int] = (),
+    new_session: bool = True,
+) -> Child:
+    """Start ``argv`` tied to this process (see the module docstring). Raises ``OSError`` like Popen.
+
+    ``stdin``/``stdout``/``stderr`` take ``PIPE``, ``DEVNULL`` or an fd; ``pass_fds`` keep their
+    numbers in the child. The caller must ``close()`` the result (or ``release()`` it and close
+    its pipes) when done: that is what lets the supervisor finish.
+    """
+    helper = _get_helper()
+    if helper is None:
+        popen = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            pass_fds=tuple(pass_fds),
+            start_new_session=new_session,
+        )
+        return UntiedProcess(popen, new_session)
+    exe = _resolve(argv[0], env)
+    opened: list[int] = []  # every fd we created: ours are kept, the child's ends closed below
+    child_ends: list[int] = []
+    ours: dict[str, int] = {}
+    try:
+        for name, how in (("stdin", stdin), ("stdout", stdout), ("stderr", stderr)):
+            if how == PIPE:
+                r, w = os.pipe2(os.O_CLOEXEC)
+                opened += [r, w]
+                ours[name], end = (w, r) if name == "stdin" else (r, w)
+                child_ends.append(end)
+            elif how == DEVNULL:
+                fd = os.open(os.devnull, (os.O_RDONLY if name == "stdin" else os.O_WRONLY) | os.O_CLOEXEC)
+                opened.append(fd)
+                child_ends.append(fd)
+            else:
+                child_ends.append(int(how))
+        status_r, status_w = os.pipe2(os.O_CLOEXEC)
+        ctrl_r, ctrl_w = os.pipe2(os.O_CLOEXEC)
+        opened += [status_r, status_w, ctrl_r, ctrl_w]
+        spec = {
+            "exe": exe,
+            "argv": [os.fsdecode(a) for a in argv],
+            "env": dict(env if env is not None else os.environ),
+            "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
+            "targets": [0, 1, 2, *pass_fds],
+            "new_session": new_session,
+        }
+        fds = [status_w, ctrl_r, *child_ends, *pass_fds]
+        for attempt in range(SEND_ATTEMPTS):
+            try:
+                helper.send(spec, fds)
+                break
+            except OSError as exc:
+                replacement = _get_helper() if attempt + 1 < SEND_ATTEMPTS else None
+                if replacement is None or replacement is helper:
+                    raise SpawnError(exc.errno or errno.EPIPE, f"the spawn helper is gone: {exc}") from exc
+                helper = replacement
+        keep = {status_r, ctrl_w, *ours.values()}
+        for fd in opened:
+            if fd not in keep:
+                os.close(fd)
+        opened = [fd for fd in opened if fd in keep]
+        pid = _await_start(status_r)
+    except BaseException:
+        for fd in opened:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        raise
+    proc = TiedProcess(pid, status_r, ctrl_w, new_session)
+    if "stdin" in ours:
+        proc.stdin = os.fdopen(ours["stdin"], "wb", buffering=0)
+    if "stdout" in ours:
+        proc.stdout = os.fdopen(ours["stdout"], "rb", buffering=0)
+    if "stderr" in ours:
+        proc.stderr = os.fdopen(ours["stderr"], "rb", buffering=0)
+    return proc
+
+
+def _await_start(status_r: int) -> int:
+    """The command's pid from the supervisor's first line, or the exec error it reported."""
+    buffer = b""
+    deadline = time.monotonic() + SPAWN_TIMEOUT_S
+    while b"\n" not in buffer:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([status_r], [], [], remaining)[0]:
+            raise SpawnError(errno.ETIMEDOUT, "the spawn helper did not answer")
+        chunk = os.read(status_r, 1)  # one byte at a time: leave later lines for the process object
+        if not chunk:
+            raise SpawnError(errno.EPIPE, "the spawn helper died before starting the command")
+        buffer += chunk
+    kind, _, value = buffer.decode("ascii", "replace").strip().partition(" ")
+    if kind == "S":
+        return int(value)
+    code_text, _, where = value.partition(" ")
+    code = int(code_text) if code_text.isdigit() else errno.EINVAL
+    raise OSError(code, f"{os.strerror(code)} ({where or 'exec'})")
