@@ -5,7 +5,9 @@ side is measured) on ``yes | head -c N`` and reports the RSS of *this* process: 
 the call, the peak during it (the kernel's ``VmHWM`` after resetting it through
 ``/proc/self/clear_refs``, cross-checked by sampling ``VmRSS`` every ``SAMPLE_INTERVAL_S``), and
 the growth. The capture keeps at most 100 KiB, so the growth must stay a few MiB at most however
-large N is. Run standalone: ``python -m bench.workspace_bash [bytes]``.
+large N is. ``bench_bash_latency()`` times a trivial call (host-direct and sandboxed) against bare
+``subprocess.run`` / ``bwrap`` peers, interleaved. Run standalone: ``python -m bench.workspace_bash
+[bytes]``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -97,6 +101,62 @@ def bench_bash_memory(total_bytes: int = DEFAULT_OUTPUT_BYTES) -> dict[str, Any]
     return asyncio.run(_measure(total_bytes))
 
 
+LATENCY_ROUNDS = 25
+PEER_BWRAP = [
+    "bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev",
+    "--proc", "/proc", "--tmpfs", "/tmp",
+]  # fmt: skip
+
+
+async def _latency(rounds: int) -> dict[str, Any]:
+    """Per-call wall time of a trivial command: the tool (host-direct, and sandboxed when bubblewrap
+    works) against a bare ``subprocess.run`` of the same shell (and a bare ``bwrap`` with a
+    minimal policy), interleaved round by round; medians in ms and our/peer ratios."""
+    from tools.bash.sandbox import default_sandbox
+
+    sandboxed = await asyncio.to_thread(default_sandbox().probe)
+    with tempfile.TemporaryDirectory(prefix="a3s-bench-bash-") as tmp:
+        host = make_context(LocalWorkspace(tmp), tool_name="bash", origin=Origin.HOST_DIRECT)
+        boxed = make_context(LocalWorkspace(tmp), tool_name="bash", origin=Origin.AGENT)
+        params = TOOL.validate({"command": "true"})
+        times: dict[str, list[float]] = {
+            "ours_host": [],
+            "peer_host": [],
+            "ours_sandbox": [],
+            "peer_bwrap": [],
+        }
+
+        async def timed(key: str, call: Any) -> None:
+            started = time.perf_counter()
+            await call()
+            times[key].append(time.perf_counter() - started)
+
+        def peer(argv: list[str]) -> Any:
+            return lambda: asyncio.to_thread(subprocess.run, argv, capture_output=True, check=True, cwd=tmp)
+
+        for _warm in range(2):  # first calls start the spawn helper and probe the sandbox
+            await TOOL.run(host, params)
+            if sandboxed:
+                await TOOL.run(boxed, params)
+        for _ in range(rounds):
+            await timed("ours_host", lambda: TOOL.run(host, params))
+            await timed("peer_host", peer(["bash", "-c", "true"]))
+            if sandboxed:
+                await timed("ours_sandbox", lambda: TOOL.run(boxed, params))
+                await timed("peer_bwrap", peer([*PEER_BWRAP, "bash", "-c", "true"]))
+    medians = {k: round(statistics.median(v) * 1000, 2) for k, v in times.items() if v}
+    out: dict[str, Any] = {"rounds": rounds, "median_ms": medians}
+    out["ratio_host"] = round(medians["ours_host"] / medians["peer_host"], 2)
+    if sandboxed:
+        out["ratio_sandbox"] = round(medians["ours_sandbox"] / medians["peer_bwrap"], 2)
+    return out
+
+
+def bench_bash_latency(rounds: int = LATENCY_ROUNDS) -> dict[str, Any]:
+    """Per-call latency of ``bash`` against bare subprocess peers (see ``_latency``)."""
+    return asyncio.run(_latency(rounds))
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     total = int(args[0]) if args else DEFAULT_OUTPUT_BYTES
@@ -108,6 +168,13 @@ def main(argv: list[str] | None = None) -> None:
         f"our peak RSS {report['peak_rss_bytes'] / mib:.1f} MiB "
         f"(+{report['rss_growth_bytes'] / mib:.2f} MiB over the {report['baseline_rss_bytes'] / mib:.1f} MiB baseline)"
     )
+    latency = bench_bash_latency()
+    print(json.dumps(latency, indent=2))
+    med = latency["median_ms"]
+    line = f"`true` per call: host {med['ours_host']} ms vs bare subprocess {med['peer_host']} ms ({latency['ratio_host']}x)"
+    if "ratio_sandbox" in latency:
+        line += f"; sandboxed {med['ours_sandbox']} ms vs bare bwrap {med['peer_bwrap']} ms ({latency['ratio_sandbox']}x)"
+    print(line)
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ def make_context(
         origin=origin,
         control_plane=control_plane if origin is Origin.HOST_DIRECT else None,
         workspace=workspace,
-        artifacts=artifacts or MemoryArtifactStore(),
+        artifacts=artifacts if artifacts is not None else MemoryArtifactStore(),  # an empty store is falsy
         clock=clock,
         new_id=ids,
         deadline=clock.monotonic() + timeout_s,

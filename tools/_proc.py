@@ -150,10 +150,9 @@ class TiedProcess:
         return True
 
     def kill(self) -> None:
-        if self._new_session and self.returncode is None:
-            # Fast path while the command is alive (its zombie would keep the group id reserved
-            # too; once reported exited we leave the group kill to the supervisor, which has not
-            # reaped it yet).
+        if self._new_session and self._ctrl_w >= 0:
+            # Synchronous group kill. Safe until we release: the supervisor reaps the command only
+            # after that, so its pid — the group id — cannot have been recycled.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
         self.release()
@@ -332,14 +331,50 @@ class _Helper:
         self.lock = threading.Lock()
 
     def send(self, spec: dict[str, object], fds: Sequence[int]) -> None:
+        """Hand the request to a supervisor the helper forked ahead of time (one retry if it died)."""
         body = json.dumps(spec).encode("utf-8", "surrogateescape")
         header = _HEADER.pack(len(body), len(fds))
+        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _fd_array(fds))]
+        for attempt in range(SEND_ATTEMPTS):
+            supervisor = self._next_supervisor()
+            try:
+                sent = supervisor.sendmsg([header], ancillary)
+                if sent != len(header):
+                    supervisor.sendall(header[sent:])
+                supervisor.sendall(body)
+                return
+            except OSError:
+                if attempt + 1 == SEND_ATTEMPTS:
+                    raise
+            finally:
+                supervisor.close()
+
+    def _next_supervisor(self) -> socket.socket:
         with self.lock:
-            ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _fd_array(fds))]
-            sent = self.sock.sendmsg([header], ancillary)
-            if sent != len(header):
-                self.sock.sendall(header[sent:])
-            self.sock.sendall(body)
+            self.sock.settimeout(SPAWN_TIMEOUT_S)
+            try:
+                data, ancdata, _flags, _addr = self.sock.recvmsg(
+                    _HEADER.size, socket.CMSG_SPACE(4), socket.MSG_CMSG_CLOEXEC
+                )
+                while data and len(data) < _HEADER.size:  # the rest of a split header
+                    more = self.sock.recv(_HEADER.size - len(data))
+                    data += more
+                    if not more:
+                        break
+            except TimeoutError as exc:
+                raise SpawnError(errno.ETIMEDOUT, "the spawn helper did not answer") from exc
+            fds = [
+                fd
+                for level, kind, payload in ancdata
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
+                for fd in array.array("i", payload[: len(payload) - len(payload) % 4])
+            ]
+            if not fds:
+                raise SpawnError(errno.EPIPE, "the spawn helper is gone")
+            self.sock.sendall(b"+")  # ask for the next one now, so it is ready by the next spawn
+        for extra in fds[1:]:
+            os.close(extra)
+        return socket.socket(fileno=fds[0])
 
     def alive(self) -> bool:
         return self.proc.poll() is None

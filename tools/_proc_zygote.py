@@ -1,10 +1,12 @@
 """The spawn helper process behind ``tools/_proc.py``: a small, single-threaded fork server.
 
 Run as ``python -I -S _proc_zygote.py SOCKET_FD`` by ``tools/_proc.py``, never imported by the
-application (standard library only, so it starts without site-packages). It reads spawn requests
-from its socket and hands each to a **supervisor** forked ahead of time (``Spare``: the next one is
-forked right after each hand-over), so the fork is off the caller's path; it exits when the socket reaches EOF, i.e.
-when the process that started it has died or let it go (a waiting spare then sees EOF too).
+application (standard library only, so it starts without site-packages). It keeps one
+**supervisor** forked ahead of time and hands the requester a socket to it (over its own socket,
+``SCM_RIGHTS``); each byte the requester sends asks for the next one. The requester sends its
+spawn request straight to that supervisor, so neither a fork nor this process is on the hot path.
+It exits when its socket reaches EOF, i.e. when the requester has died or let it go; a waiting,
+unused supervisor then sees EOF on its own socket and exits too.
 
 A supervisor owns one command:
 
@@ -100,45 +102,38 @@ def send(sock: socket.socket, body: bytes, fds: list[int]) -> None:
     sock.sendall(body)
 
 
-class Spare:
-    """A supervisor forked ahead of time, waiting for its one request: no fork on the hot path."""
-
-    def __init__(self, listener: socket.socket) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        pid = os.fork()
-        if pid == 0:
-            try:
-                listener.close()
-                ours.close()
-                _spare_main(theirs)
-            finally:
-                os._exit(70)
-        theirs.close()
-        self.sock = ours
-
-    def hand_over(self, body: bytes, fds: list[int]) -> bool:
+def fork_supervisor(listener: socket.socket) -> socket.socket:
+    """Fork a supervisor that waits for its one request on the returned socket's peer."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:
         try:
-            send(self.sock, body, fds)
-            return True
-        except OSError:
-            return False  # it died: the caller makes another
+            listener.close()
+            ours.close()
+            _supervisor_main(theirs)
         finally:
-            self.sock.close()
+            os._exit(70)
+    theirs.close()
+    return ours
 
 
-def _spare_main(sock: socket.socket) -> None:
+def _supervisor_main(sock: socket.socket) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # until it owns a command: nothing to clean up
     prctl(PR_SET_CHILD_SUBREAPER, 1)
-    request = receive(sock)
+    try:
+        request = receive(sock)
+    except (OSError, ValueError):
+        request = None
     sock.close()
     if request is None:
-        os._exit(0)
+        os._exit(0)  # the requester let this spare go (or died) without using it
     body, fds = request
     Supervisor(json.loads(body), fds).run()
 
 
 def zygote(sock_fd: int) -> None:
+    """Keep a forked supervisor ready for the requester: each byte it sends asks for another."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is for the requester to handle
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped by the kernel
     sock = socket.socket(fileno=sock_fd)
@@ -146,24 +141,24 @@ def zygote(sock_fd: int) -> None:
     # fork does not copy the pages the collector would otherwise touch (gc.freeze's purpose).
     gc.disable()
     gc.freeze()
-    spare: Spare | None = Spare(sock)
+    wanted = 1  # one ready ahead of time
     while True:
+        while wanted:
+            spare = fork_supervisor(sock)
+            try:
+                send(sock, b"", [spare.fileno()])
+            except OSError:
+                os._exit(0)
+            finally:
+                spare.close()
+            wanted -= 1
         try:
-            request = receive(sock)
-        except (OSError, ValueError):
-            request = None
-        if request is None:
-            os._exit(0)
-        body, fds = request
-        try:
-            for _attempt in range(2):
-                target, spare = spare or Spare(sock), None
-                if target.hand_over(body, fds):
-                    break
-        finally:
-            for fd in fds:
-                os.close(fd)
-        spare = Spare(sock)  # the next one, while this command starts
+            data = sock.recv(64)
+        except OSError:
+            data = b""
+        if not data:
+            os._exit(0)  # the requester is gone; waiting spares see EOF and exit too
+        wanted += len(data)
 
 
 class Supervisor:

@@ -4,7 +4,8 @@ Every released result's metadata carries ``a3s_tool_result_evidence`` and the tr
 Token figures are harness observations (``utf8-bytes-ceil-div-4/v1``), not billing. Invariants:
 ``byte_delta == projected_bytes - original_bytes``; ``repeat_key == content_digest``;
 ``content_ref`` is the artifact URI when the projection lost anything, else
-``inline:sha256:<hex>`` of the original. Non-object metadata is kept under ``previous_metadata``.
+``inline:sha256:<hex>`` of the original — unless the producer bounded the output itself
+(``kernel.projection.bounded``). Non-object metadata is kept under ``previous_metadata``.
 """
 
 from __future__ import annotations
@@ -35,8 +36,13 @@ def build_evidence(
     projected: bytes,
     loss_mode: str,
     artifact_uri: str | None,
+    content_ref: str | None = None,
 ) -> dict[str, Any]:
-    """The evidence document, fields in the reference's order."""
+    """The evidence document, fields in the reference's order.
+
+    ``content_ref`` overrides the default reference (the artifact URI, else the inline digest of
+    the original): for an original the producer did not retain (``kernel.projection.bounded``).
+    """
     if loss_mode not in LOSS_MODES:
         raise KernelFault(f"unknown loss mode {loss_mode!r}")
     digest = "sha256:" + original_sha256_hex
@@ -53,7 +59,9 @@ def build_evidence(
         "content_digest": digest,
         "projected_digest": "sha256:" + hashlib.sha256(projected).hexdigest(),
         "repeat_key": digest,
-        "content_ref": artifact_uri if artifact_uri is not None else "inline:" + digest,
+        "content_ref": content_ref
+        if content_ref is not None
+        else (artifact_uri if artifact_uri is not None else "inline:" + digest),
         "loss_mode": loss_mode,
         "byte_delta": len(projected) - original_bytes,
         "estimated_token_delta": projected_tokens - original_tokens,

@@ -6,7 +6,9 @@ original_bytes, shown_bytes}``. The raw original of a lossy result is written to
 before the result is released, so ``content_ref`` can always be read back byte-identical.
 
 A result that already carries a binding different from the session's is a kernel fault (the
-policy drifted before release). A result that already carries evidence for exactly this output
+policy drifted before release). A producer that bounded its output itself (``bash``) declares it
+under ``a3s_bounded_output``; the key is consumed and the evidence describes the real original
+(``kernel.projection.bounded``). A result that already carries evidence for exactly this output
 under this binding (re-released, e.g. a nested result) keeps that evidence: it describes the
 real, earlier projection. The output is projected regardless, so the cap always holds.
 """
@@ -19,6 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from kernel.artifacts import ArtifactStore, PrehashedArtifactStore, artifact_id, uri_for_digest
+from kernel.projection import bounded
 from kernel.projection.evidence import (
     ARTIFACT_METADATA_KEY,
     EVIDENCE_METADATA_KEY,
@@ -27,7 +30,7 @@ from kernel.projection.evidence import (
     check_binding,
 )
 from kernel.projection.policy import BINDING_METADATA_KEY, ToolResultTransformPolicyV1
-from kernel.projection.transform import Transformed, artifact_line, transform
+from kernel.projection.transform import LossMode, Transformed, artifact_line, transform
 
 
 class Projector:
@@ -43,6 +46,7 @@ class Projector:
         hex_digest, result = _digest_and_transform(data, self.policy, tool_name)
         expected_uri = uri_for_digest(tool_name, hex_digest)
         meta = as_object(metadata)
+        declared = bounded.take(meta)
         uri: str | None = None
         if result.lossy:
             uri = self._store(tool_name, data, hex_digest)
@@ -56,7 +60,9 @@ class Projector:
                 "shown_bytes": result.shown_bytes,
             }
         projected = result.content.decode("utf-8")
-        if not (result.lossy is False and _carries_evidence_for(meta, result, hex_digest)):
+        if declared is not None:
+            meta[EVIDENCE_METADATA_KEY] = _declared_evidence(declared, result, hex_digest, uri)
+        elif not (result.lossy is False and _carries_evidence_for(meta, result, hex_digest)):
             meta[EVIDENCE_METADATA_KEY] = build_evidence(
                 original_bytes=len(data),
                 original_sha256_hex=hex_digest,
@@ -113,6 +119,27 @@ def _utf8(output: str) -> tuple[bytes, str]:
     except UnicodeEncodeError:
         data = output.encode("utf-8", "replace")
         return data, data.decode("utf-8")
+
+
+def _declared_evidence(
+    declared: bounded.BoundedOutput, result: Transformed, received_hex: str, uri: str | None
+) -> dict[str, Any]:
+    """Evidence for an output its producer had already bounded (see ``kernel.projection.bounded``)."""
+    loss = declared.loss_mode if not result.lossy else LossMode.COMPOSITE.value
+    if declared.content_ref is not None:
+        ref = declared.content_ref  # the full original, retained by the producer
+    elif uri is not None:
+        ref = uri  # not retained: the most complete view kept is the text we received
+    else:
+        ref = f"inline:sha256:{received_hex}"  # lossless here: the projected text is what we received
+    return build_evidence(
+        original_bytes=declared.original_bytes,
+        original_sha256_hex=declared.content_digest.removeprefix("sha256:"),
+        projected=result.content,
+        loss_mode=loss,
+        artifact_uri=uri,
+        content_ref=ref,
+    )
 
 
 def _carries_evidence_for(meta: dict[str, Any], result: Transformed, hex_digest: str) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from kernel.errors import Unsupported
+from kernel.errors import PermissionDenied
 from tests.tools.bash_sandbox_support import bash, governed, host, needs_bwrap, stdout
 
 pytestmark = needs_bwrap
@@ -102,7 +102,8 @@ async def test_b6_state_dir_is_created_before_the_first_sandboxed_command(tmp_pa
     result = await bash(governed(ws), command=attack)
     assert result.exit_code == 0
     state = ws / ".a3s"
-    assert state.is_dir() and not state.is_symlink() and list(state.iterdir()) == []
+    assert state.is_dir() and not state.is_symlink()
+    assert [p.name for p in state.iterdir()] == [".gitignore"]  # kernel.statedir's, nothing planted
     assert not (ws / ".a3s-old").exists() and list(outside.iterdir()) == []
 
 
@@ -113,13 +114,13 @@ async def test_b6_symlinked_state_dir_refuses_the_sandboxed_call(tmp_path):
     ws.mkdir()
     (ws / ".a3s").symlink_to(outside)
     marker = f"ran-{secrets.token_hex(4)}"
-    with pytest.raises(Unsupported) as caught:
+    with pytest.raises(PermissionDenied) as caught:
         await bash(governed(ws), command=f"touch {marker}")
-    assert "is not a directory" in str(caught.value)
+    assert caught.value.to_kind()["reason"] == "state_dir_not_a_directory"
     assert not (ws / marker).exists() and list(outside.iterdir()) == []
     (ws / ".a3s").unlink()
     (ws / ".a3s").write_text("a file")
-    with pytest.raises(Unsupported, match="is not a directory"):
+    with pytest.raises(PermissionDenied, match="not a directory"):
         await bash(governed(ws), command=f"touch {marker}")
     assert not (ws / marker).exists()
 

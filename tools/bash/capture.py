@@ -7,9 +7,16 @@ which stream it came from, so each stream stays separately readable: a stream's 
 are a prefix of that stream and its chunks in the tail a suffix, so a per-stream view is
 ``head + marker + tail`` with its own exact counts.
 
+The *original* of a truncated capture (what evidence describes, SPEC R-6) is the command's
+output as a terminal shows ``2>&1``: both streams merged in arrival order. ``OutputCapture``
+hashes it while it streams (SHA-256, on a helper thread once it passes ``HASH_INLINE_BYTES``, so
+reading and hashing overlap) and keeps a full copy while it stays within
+``RETAIN_FULL_MAX_BYTES`` (1 MiB); ``end()`` finishes both.
+
 Invariants:
-- memory held is at most ``BUDGET_BYTES`` plus the chunk being fed (callers read
-  ``READ_CHUNK_BYTES`` at a time), however much the command prints;
+- memory held is at most ``BUDGET_BYTES`` + ``RETAIN_FULL_MAX_BYTES`` + the hashing queue
+  (``HASH_QUEUE_CHUNKS`` chunks) plus the chunk being fed (callers read ``READ_CHUNK_BYTES`` at a
+  time), however much the command prints;
 - ``total_bytes`` is exact for each stream and overall; nothing is ever decoded before rendering;
 - the marker reads ``[command output truncated: retained the first H and last T of N bytes]``;
 - the rendered text (labels and markers included) fits ``OUTPUT_MAX_BYTES``, see ``render``.
@@ -17,6 +24,9 @@ Invariants:
 
 from __future__ import annotations
 
+import hashlib
+import queue
+import threading
 from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -31,6 +41,50 @@ READ_CHUNK_BYTES = 8 * 1024
 # The rendered text's cap: the default projection cap (SPEC R-4, 100 KiB).
 OUTPUT_MAX_BYTES = 100 * 1024
 MAX_RENDER_PASSES = 4
+RETAIN_FULL_MAX_BYTES = 1024 * 1024
+HASH_INLINE_BYTES = BUDGET_BYTES
+HASH_QUEUE_CHUNKS = 64
+
+
+class StreamDigest:
+    """SHA-256 of everything fed, in order; past ``HASH_INLINE_BYTES`` the hashing runs on a thread.
+
+    hashlib releases the GIL on large updates, so the reading thread and the hashing thread run
+    side by side; the queue is bounded, so a fast producer waits rather than piling up memory.
+    ``hexdigest()`` ends the thread (call it exactly once, also on error paths: ``OutputCapture.end``).
+    """
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+        self._inline = 0
+        self._queue: queue.Queue[bytes | None] | None = None
+        self._thread: threading.Thread | None = None
+        self._hex: str | None = None
+
+    def update(self, data: bytes) -> None:
+        if self._queue is None:
+            if self._inline + len(data) <= HASH_INLINE_BYTES:
+                self._hash.update(data)
+                self._inline += len(data)
+                return
+            self._queue = queue.Queue(maxsize=HASH_QUEUE_CHUNKS)
+            self._thread = threading.Thread(target=self._drain, name="bash-output-sha256", daemon=True)
+            self._thread.start()
+        self._queue.put(data)
+
+    def _drain(self) -> None:
+        assert self._queue is not None
+        while (chunk := self._queue.get()) is not None:
+            self._hash.update(chunk)
+
+    def hexdigest(self) -> str:
+        if self._hex is None:
+            if self._thread is not None and self._queue is not None:
+                self._queue.put(None)
+                self._thread.join()
+                self._thread = None
+            self._hex = self._hash.hexdigest()
+        return self._hex
 
 
 def _render(views: list[StreamView]) -> str:
@@ -111,10 +165,18 @@ class OutputCapture:
         self._tail: deque[tuple[Stream, bytes]] = deque()
         self._tail_len = 0
         self._totals: dict[Stream, int] = {"stdout": 0, "stderr": 0}
+        self._digest = StreamDigest()
+        self._full: bytearray | None = bytearray()
 
     def feed(self, stream: Stream, data: bytes) -> bytes:
         """Account ``data`` to ``stream``; return the part that landed in the head (for live deltas)."""
         self._totals[stream] += len(data)
+        self._digest.update(data)
+        if self._full is not None:
+            if len(self._full) + len(data) <= RETAIN_FULL_MAX_BYTES:
+                self._full += data
+            else:
+                self._full = None  # too big to keep whole: only the digest and the count go on
         head_part = b""
         room = self._head_limit - self._head_len
         if room > 0 and data:
@@ -136,6 +198,15 @@ class OutputCapture:
                     self._tail[0] = (first_stream, first[excess:])
                     self._tail_len -= excess
         return head_part
+
+    def end(self) -> str:
+        """The stream is over: the SHA-256 (hex) of the merged original; ends the hashing thread."""
+        return self._digest.hexdigest()
+
+    @property
+    def full_output(self) -> bytes | None:
+        """The merged original, when it stayed within ``RETAIN_FULL_MAX_BYTES``."""
+        return bytes(self._full) if self._full is not None else None
 
     @property
     def total_bytes(self) -> int:

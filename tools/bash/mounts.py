@@ -10,9 +10,10 @@ Order of the mount table (later mounts cover earlier ones):
    with ``/proc/sys`` re-bound read-only and ``/proc/sysrq-trigger`` masked;
 3. the workspace read-write at its own physical path, bound from a directory fd we opened (so a
    symlink swapped in after our checks cannot redirect the bind);
-4. ``<root>/.a3s`` read-only, always: it is created first when missing (``ensure_state_dir``,
-   never through a symlink — a symlinked or non-directory ``.a3s`` refuses the call), so the
-   sandbox can never create it and plant ``.a3s/artifacts/objects/bash -> /outside``;
+4. ``<root>/.a3s`` read-only, always: sessions create it when they open and we create it here
+   if it is still missing (``kernel.statedir``, never through a symlink — a symlinked or
+   non-directory ``.a3s`` refuses the call), so the sandbox can never create it and plant
+   ``.a3s/artifacts/objects/bash -> /outside``;
 5. ``<root>/.git`` read-only: the directory, or — when ``.git`` is a file (worktrees,
    submodules) — the file itself plus the git directory it names and that directory's
    ``commondir``, wherever they live (so ``git status``/``log``/``diff`` still work inside; every
@@ -32,11 +33,12 @@ directory fd) and handed to bubblewrap as an fd, which bubblewrap closes before 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import stat as stat_mod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+from kernel.statedir import ensure_state_dir, open_state_dir
 
 INTERNAL_DIR = ".a3s"
 GIT_DIR = ".git"
@@ -126,8 +128,7 @@ def workspace_mounts(root: str, home: str | None) -> Mounts:
     try:
         root_fd = os.open(root, _PATH_FLAGS | os.O_DIRECTORY)
         mounts.bind_fd(root_fd, root, read_only=False)
-        state_fd = ensure_state_dir(root_fd)
-        mounts.bind_fd(state_fd, os.path.join(root, INTERNAL_DIR), read_only=True)
+        mounts.bind_fd(_state_dir_fd(root), os.path.join(root, INTERNAL_DIR), read_only=True)
         for fd, dest in _git_binds(root, root_fd):
             mounts.bind_fd(fd, dest, read_only=True)
         mounts.args += _mask_args(root, home)
@@ -137,19 +138,16 @@ def workspace_mounts(root: str, home: str | None) -> Mounts:
     return mounts
 
 
-def ensure_state_dir(root_fd: int) -> int:
-    """An ``O_PATH`` fd of ``<root>/.a3s``, created (0o755) when missing, never followed through a link."""
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(INTERNAL_DIR, 0o755, dir_fd=root_fd)
+def _state_dir_fd(root: str) -> int:
+    """An ``O_PATH`` fd of ``<root>/.a3s``: created when missing (sessions create it when they
+    open; a tool context made by hand may not have), never through a symlink — a symlinked or
+    non-directory ``.a3s`` refuses the call (``permission_denied``, ``kernel.statedir``)."""
+    ensure_state_dir(root)
+    state = open_state_dir(root, create=False)
     try:
-        return os.open(INTERNAL_DIR, _PATH_FLAGS | os.O_DIRECTORY, dir_fd=root_fd)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise SandboxRefused(
-                f"the workspace's {INTERNAL_DIR} is not a directory (a symlink or a file): "
-                "refusing to run a sandboxed command beside it"
-            ) from exc
-        raise
+        return os.dup(state.fd)
+    finally:
+        state.close()
 
 
 def _git_binds(root: str, root_fd: int) -> Iterator[tuple[int, str]]:

@@ -19,12 +19,12 @@ its output (it is then killed when the call ends, see below) — ``job_action:"d
 implemented.
 
 Cleanup always runs, on success, timeout, error and asyncio cancellation, in this order: kill the
-process group, then let the supervisor kill every remaining descendant and reap them all (it
-keeps the shell unreaped until then, so the group id cannot be recycled under the kill) → stop
-reading and close our pipe ends (never wait for EOF) → up to ``SETTLE_S`` (500 ms) for the
-supervisor to report everything gone. Consequence, documented on purpose: no process the command
-started outlives the call, even after a normal exit (``sleep 300 >/dev/null &`` and
-``setsid sleep 300 &`` die with the call).
+process group (the supervisor keeps the shell unreaped until we let go, so the group id cannot
+have been recycled) and let go, upon which the supervisor kills every remaining descendant and
+reaps them all → stop reading and close our pipe ends (never wait for EOF) → up to ``SETTLE_S``
+(500 ms) for the shell's exit. Consequence, documented on purpose: no process the command started
+outlives the call, even after a normal exit (``sleep 300 >/dev/null &`` dies with the call; a
+``setsid sleep 300 &`` dies a moment later, when its supervisor gets to it).
 """
 
 from __future__ import annotations
@@ -150,6 +150,7 @@ async def run_shell(
         finally:
             final_cwd = _read_cwd_report(report_r) if exited_on_its_own else None
             os.close(report_r)
+            capture.end()  # no more output: finish the stream digest (ends its thread)
 
     return ShellOutcome(
         returncode=proc.returncode,
@@ -226,7 +227,8 @@ class _ProcessWatch:
             self._status_fd = None
 
     async def close(self) -> None:
-        """Kill the tree, stop reading, settle ≤ ``SETTLE_S`` until every process is gone. Cancel-safe."""
+        """Kill the group now (the supervisor then kills every other descendant), stop reading,
+        settle ≤ ``SETTLE_S`` for the shell's exit. Cancel-safe."""
         proc = self._proc
         proc.kill()
         for fd in list(self._readers):
@@ -236,11 +238,11 @@ class _ProcessWatch:
                 pipe.close()
         self._stop_status()
         cancelled = False
-        if not proc.finished:
+        if proc.poll() is None:
             gone: asyncio.Future[None] = self._loop.create_future()
 
             def check() -> None:
-                if proc.finished and not gone.done():
+                if proc.poll() is not None and not gone.done():
                     gone.set_result(None)
 
             fd = proc.exit_fd

@@ -23,8 +23,15 @@ in the output. A timeout is an error ``Command timed out after Nms`` with
 less when the invocation's own deadline is sooner), still carrying the captured output and
 metadata. Cancellation kills the group and re-raises (the kernel reports ``cancelled``).
 Metadata: ``exit_code, sandboxed, sandbox_available (when consulted), output{total_bytes,
-captured_bytes, truncated, timed_out, stdout{…,text}, stderr{…,text}}, timeout_ms,
-changed_paths, changed_paths_source, cwd, duration_ms``.
+captured_bytes, truncated, timed_out, stdout{…,text}, stderr{…,text}, full_output_uri (when
+truncated)}, timeout_ms, changed_paths, changed_paths_source, cwd, duration_ms``.
+
+Evidence (SPEC R-6): when capture cut the output, the result declares it
+(``kernel.projection.bounded``): ``original_bytes`` = every byte the command printed,
+``content_digest`` = SHA-256 of both streams merged in arrival order, ``loss_mode: head_tail``.
+That original is kept as an artifact (``content_ref``, and a ``[Full output artifact: …]`` line
+ends the output) when it is at most 1 MiB; bigger ones are not retained and ``content_ref``
+names the inline capture by its own digest.
 
 Environment (``tools/bash/environment.py``): sandboxed and governed calls get an allow-listed
 environment (plus ``SessionOptions.bash_env_passthrough``); trusted host-direct calls that run on
@@ -49,6 +56,9 @@ from pydantic_core import PydanticCustomError
 from kernel.capabilities import ToolCapabilities
 from kernel.context import ToolContext
 from kernel.errors import Timeout, Unsupported
+from kernel.projection.bounded import BoundedOutput
+from kernel.projection.bounded import declare as declare_bounded
+from kernel.projection.transform import artifact_line
 from kernel.result import ToolResult
 from kernel.spec import ToolSpec
 from tools.bash.capture import OUTPUT_MAX_BYTES, OutputCapture, Stream
@@ -189,20 +199,45 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
         metadata["sandbox_available"] = sandbox_available
     if outcome.returncode is not None and outcome.returncode < 0:
         metadata["signal"] = -outcome.returncode
+    full_line = await _declare_bounded(ctx, capture, metadata)
+    budget = OUTPUT_MAX_BYTES - len(full_line.encode("utf-8"))
 
     if outcome.timed_out:
         error = Timeout(f"Command timed out after {effective_ms}ms", op=NAME, duration_ms=effective_ms)
         prefix = error.message + "\n"
-        text = capture.render(OUTPUT_MAX_BYTES - len(prefix))
-        output = error.message + (f"\n{text}" if text else "")
+        text = capture.render(budget - len(prefix))
+        output = error.message + (f"\n{text}" if text else "") + full_line
         return ToolResult(NAME, output, exit_code=1, metadata=metadata, error_kind=error.to_kind())
     if outcome.exit_code != 0:
         suffix = f"\n[exit code {outcome.exit_code}]"
-        text = capture.render(OUTPUT_MAX_BYTES - len(suffix))
+        text = capture.render(budget - len(suffix))
         sep = "" if not text or text.endswith("\n") else "\n"
-        return ToolResult(NAME, f"{text}{sep}{suffix.lstrip()}", exit_code=1, metadata=metadata)
-    text = capture.render(OUTPUT_MAX_BYTES)
-    return ToolResult.success(NAME, text, metadata)
+        output = f"{text}{sep}{suffix.lstrip()}{full_line}"
+        return ToolResult(NAME, output, exit_code=1, metadata=metadata)
+    text = capture.render(budget)
+    return ToolResult.success(NAME, text + full_line, metadata)
+
+
+async def _declare_bounded(ctx: ToolContext, capture: OutputCapture, metadata: dict[str, Any]) -> str:
+    """When capture cut the output, tell the projector the truth about the original (SPEC R-6).
+
+    The original (both streams merged in arrival order) is stored as an artifact when it stayed
+    within ``RETAIN_FULL_MAX_BYTES``; the returned line (``[Full output artifact: …]``) then goes
+    at the end of the output. Bigger originals are described by size and SHA-256 only.
+    """
+    digest = "sha256:" + capture.end()
+    if not capture.truncated:
+        return ""
+    uri: str | None = None
+    full = capture.full_output
+    if full is not None:
+        try:
+            uri = await asyncio.to_thread(ctx.artifacts.put, NAME, full)
+        except Exception:  # a full or failing store: the evidence then names what is retained
+            uri = None
+    metadata["output"]["full_output_uri"] = uri
+    declare_bounded(metadata, BoundedOutput(capture.total_bytes, digest, "head_tail", uri))
+    return artifact_line(uri).decode("utf-8") if uri is not None else ""
 
 
 def _wants_sandbox(ctx: ToolContext) -> bool:
