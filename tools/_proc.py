@@ -9,9 +9,11 @@ longer leave a ``setsid`` daemon behind.
 
 How (see ``tools/_proc_zygote.py`` for the other side):
 
-- one small helper process per process that spawns (started on first use with ``python -I -S``,
-  forked afresh in a forked child), reached over a socket pair; it forks a *supervisor* per
-  command, which is a child subreaper and forks the command;
+- one small helper process per process that spawns (started on first use with ``python -I -S``;
+  a forked child starts its own), reached over a socket pair. It keeps one *supervisor* forked
+  ahead of time and hands us a socket to it; we send the spawn request (argv, env, cwd and the
+  fds, by ``SCM_RIGHTS``) straight to that supervisor, a child subreaper, which starts the
+  command with ``posix_spawn``;
 - each command gets a **control pipe** whose only write end is held here (close-on-exec, and
   closed in forked children). Its EOF — ``TiedProcess.release()`` or this process dying — makes
   the supervisor kill the command's process group and then every remaining descendant;
