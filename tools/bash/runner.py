@@ -42,7 +42,6 @@ from tools.bash.capture import READ_CHUNK_BYTES, OutputCapture, Stream
 from tools.bash.sandbox import SandboxCommand
 
 SETTLE_S = 0.5
-EXIT_POLL_S = 0.02
 CWD_REPORT_FD_MIN = 200
 MAX_CWD_REPORT_BYTES = 64 * 1024
 SHELL = "bash"
