@@ -187,3 +187,27 @@ async def test_k6_cancelling_a_sandboxed_call_kills_the_namespace(tmp_path):
     assert not _alive(tag)
     await asyncio.sleep(1.0)
     assert not (tmp_path / "f").exists()
+
+
+def test_b6_other_procfs_mounts_and_home_credentials_are_masked(tmp_path, monkeypatch):
+    """A host procfs mounted elsewhere (a container's /host/proc) and ~/.ssh are covered."""
+    from tools.bash import mounts
+
+    fake_proc = tmp_path / "host-proc"
+    fake_proc.mkdir()
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".netrc").write_text("machine x password y")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    monkeypatch.setattr(mounts, "_extra_procfs_mounts", lambda: [str(fake_proc)])
+    args = mounts._mask_args(str(ws), str(home))
+    assert ["--tmpfs", str(fake_proc)] == args[
+        args.index(str(fake_proc)) - 1 : args.index(str(fake_proc)) + 1
+    ]
+    assert ["--ro-bind", "/dev/null", str(home / ".netrc")] == args[
+        args.index(str(home / ".netrc")) - 2 : args.index(str(home / ".netrc")) + 1
+    ]
+    assert str(home / ".ssh") in args
+    # A masked path holding the workspace itself is left alone.
+    assert str(home / ".ssh") not in mounts._mask_args(str(home / ".ssh" / "project"), str(home))

@@ -21,6 +21,7 @@ from tests.tools.bash_sandbox_support import (
     governed,
     governed_host_direct,
     host,
+    host_visible_dir,
     needs_bwrap,
     remove,
     stdout,
@@ -210,3 +211,21 @@ async def test_b2_sandbox_keeps_its_own_loopback_and_socketpairs(tmp_path):
     )
     result = await bash(governed(tmp_path), command=script)
     assert result.output == "ok\n", result.output
+
+
+@needs_bwrap
+async def test_b2_host_credential_stores_are_masked(tmp_path, monkeypatch):
+    secret = "token-" + secrets.token_hex(8)
+    with host_visible_dir() as home:
+        (home / ".ssh").mkdir()
+        (home / ".ssh" / "id_ed25519").write_text(secret)
+        (home / ".netrc").write_text(f"machine example.com password {secret}")
+        (home / "notes.txt").write_text("ordinary file")
+        monkeypatch.setenv("HOME", str(home))
+        command = (
+            'cat "$HOME/.netrc" "$HOME/.ssh/id_ed25519" 2>&1; ls "$HOME/.ssh" 2>&1; cat "$HOME/notes.txt"'
+        )
+        result = await bash(governed(tmp_path), command=command)
+        assert secret not in result.output and "ordinary file" in result.output
+        control = await bash(host(tmp_path), command=command)
+        assert secret in control.output

@@ -21,10 +21,11 @@ Order of the mount table (later mounts cover earlier ones):
    bound read-only but the link itself could be replaced; nested repositories' ``.git``
    directories are ordinary workspace content (finding them would cost a walk of the tree on
    every call) — only the root repository's configuration is honoured by our tools;
-6. host secrets masked: ``/etc/shadow``-like files and the usual credential stores under the
-   host user's ``$HOME`` (``MASKED_HOME_PATHS``): an empty read-only tmpfs over directories, the
-   null device (unreadable here: bound without device access) over files. A masked path that
-   contains the workspace is left alone.
+6. host secrets masked: ``/etc/shadow``-like files, the usual credential stores under the host
+   user's ``$HOME`` (``MASKED_HOME_PATHS``) and any other procfs mount of the host (a
+   container's ``/host/proc``): an empty read-only tmpfs over directories, the null device
+   (unreadable here: bound without device access) over files. A masked path that contains the
+   workspace is left alone.
 
 Every host path we bind is opened here (``O_PATH | O_NOFOLLOW``, relative to the workspace's
 directory fd) and handed to bubblewrap as an fd, which bubblewrap closes before the command runs.
@@ -207,8 +208,26 @@ def _read_small(path: str) -> str | None:
         return None
 
 
+def _extra_procfs_mounts() -> list[str]:
+    """Host procfs mounts other than ``/proc`` (a container's ``/host/proc``…): they would show
+    host processes' environments, read-only or not."""
+    found = []
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                left, _, right = line.partition(" - ")
+                fields = left.split()
+                if len(fields) > 4 and right.split(" ", 1)[0] == "proc":
+                    point = fields[4].replace("\\040", " ")
+                    if point != "/proc" and not point.startswith("/proc/"):
+                        found.append(point)
+    except OSError:
+        pass
+    return found
+
+
 def _mask_args(root: str, home: str | None) -> list[str]:
-    paths = list(MASKED_SYSTEM_PATHS)
+    paths = [*MASKED_SYSTEM_PATHS, *_extra_procfs_mounts()]
     if home and os.path.isabs(home) and os.path.realpath(home) != "/":
         paths += [os.path.join(home, rel) for rel in MASKED_HOME_PATHS]
     args: list[str] = []
