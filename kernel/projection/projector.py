@@ -43,10 +43,12 @@ class Projector:
     def project(self, tool_name: str, output: str, metadata: Any) -> tuple[str, dict[str, Any]]:
         check_binding(metadata, self.binding)
         data, output = _utf8(output)
-        hex_digest, result = _digest_and_transform(data, self.policy, tool_name)
-        expected_uri = uri_for_digest(tool_name, hex_digest)
         meta = as_object(metadata)
         declared = bounded.take(meta)
+        if declared is not None and declared.content_ref is not None:
+            return self._project_retained(tool_name, data, meta, declared, declared.content_ref)
+        hex_digest, result = _digest_and_transform(data, self.policy, tool_name)
+        expected_uri = uri_for_digest(tool_name, hex_digest)
         uri: str | None = None
         if result.lossy:
             uri = self._store(tool_name, data, hex_digest)
@@ -72,6 +74,31 @@ class Projector:
             )
         meta[BINDING_METADATA_KEY] = dict(self.binding)
         return projected, meta
+
+    def _project_retained(
+        self, tool_name: str, data: bytes, meta: dict[str, Any], declared: bounded.BoundedOutput, ref: str
+    ) -> tuple[str, dict[str, Any]]:
+        """The producer kept the full original as ``ref``: a cut points there, nothing more is stored.
+
+        The producer's own ``[Full output artifact: ref]`` line, when its text ends with one, is
+        lifted off before the cut and becomes the projection's artifact line, so it is never cut
+        away nor shown twice.
+        """
+        line = artifact_line(ref)
+        body = data[: -len(line)] if data.endswith(line) else data
+        result = transform(body, self.policy, line)
+        if not result.lossy:
+            result = Transformed(data, LossMode.NONE, len(data))
+        else:
+            meta[ARTIFACT_METADATA_KEY] = {
+                "artifact_id": artifact_id(tool_name, declared.content_digest.removeprefix("sha256:")),
+                "artifact_uri": ref,
+                "original_bytes": declared.original_bytes,
+                "shown_bytes": result.shown_bytes,
+            }
+        meta[EVIDENCE_METADATA_KEY] = _declared_evidence(declared, result, "", None)
+        meta[BINDING_METADATA_KEY] = dict(self.binding)
+        return result.content.decode("utf-8"), meta
 
     def _store(self, tool_name: str, data: bytes, hex_digest: str) -> str:
         if isinstance(self.artifacts, PrehashedArtifactStore):

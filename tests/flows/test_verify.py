@@ -183,8 +183,9 @@ def test_f6_large_output_is_bounded_with_evidence_and_a_readable_artifact(
 ) -> None:
     """F-6 + R-6: the report keeps the bounded output; the artifact ref reads back the full original.
 
-    ``bash`` caps what it captures at 100 KiB (B-2); the verification policy then keeps head + tail of
-    that in the report and stores the capture whole as an artifact."""
+    ``bash`` caps what it captures at 100 KiB (B-2) and keeps an original of at most 1 MiB whole as
+    an artifact; the verification policy then keeps head + tail of the capture in the report. The
+    evidence describes the real original, cut twice: ``composite``."""
     session = agent.session(tmp_path, SessionOptions(tool_result_transform_policy=verification_policy()))
     report = run_plan(
         session, plan(cmd("big", "seq 1 100000"), cmd("yes", "yes | head -c 300000"), cmd("small", "echo hi"))
@@ -195,16 +196,16 @@ def test_f6_large_output_is_bounded_with_evidence_and_a_readable_artifact(
     assert len(big.output.encode()) <= VERIFY_OUTPUT_BYTES + 256  # the cap, plus the artifact line
     assert big.output.startswith("1\n2\n3\n") and "100000" in big.output[-VERIFY_TAIL_BYTES:]
     ev = big.evidence
-    assert ev is not None and ev["loss_mode"] == "head_tail"
+    assert ev is not None and ev["loss_mode"] == "composite" and ev["original_bytes"] == 588_895
     assert big.artifact_ref is not None and big.artifact_ref == ev["content_ref"]
     assert big.artifact_ref.startswith("a3s://tool-output/bash/") and big.artifact_ref in big.output
     original = session.read_artifact(big.artifact_ref)
     assert len(original) == ev["original_bytes"] > len(big.output.encode())
     assert "sha256:" + hashlib.sha256(original).hexdigest() == ev["content_digest"]
     assert original.startswith(b"1\n2\n3\n") and b"\n99999\n100000\n" in original
-    # repeated lines fold; the capture is still kept whole
-    assert yes.evidence is not None and yes.evidence["loss_mode"] == "deterministic_transform"
-    assert yes.artifact_ref is not None and session.read_artifact(yes.artifact_ref).startswith(b"y\ny\ny\n")
+    # repeated lines fold the capture; the original is still kept whole
+    assert yes.evidence is not None and yes.evidence["loss_mode"] == "composite"
+    assert yes.artifact_ref is not None and session.read_artifact(yes.artifact_ref) == b"y\n" * 150_000
     # a lossless result keeps an inline reference and no artifact
     assert small.artifact_ref is None and small.evidence is not None
     assert small.evidence["content_ref"].startswith("inline:sha256:")

@@ -45,6 +45,18 @@ def test_r6_declared_original_size_digest_and_loss_mode_replace_the_views():
     assert "artifact" not in meta
 
 
+def test_r6_cut_of_a_retained_original_points_at_it_once():
+    store = MemoryArtifactStore()
+    uri = store.put("bash", REAL)
+    view = "line\n" * 40_000 + f"\n\n[Full output artifact: {uri}]"
+    projected, meta = Projector(P.context_efficient(), store).project("bash", view, _declared(ref=uri))
+    evidence = meta[EVIDENCE_METADATA_KEY]
+    assert evidence["loss_mode"] == "composite" and evidence["content_ref"] == uri
+    assert projected.count(uri) == 1 and projected.endswith(f"[Full output artifact: {uri}]")
+    assert meta["artifact"]["artifact_uri"] == uri and meta["artifact"]["original_bytes"] == len(REAL)
+    assert len(store) == 1  # nothing else stored: the original is already there
+
+
 def test_r6_declared_retained_original_is_the_content_ref():
     store = MemoryArtifactStore()
     uri = store.put("bash", b"the full original")
