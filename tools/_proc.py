@@ -134,6 +134,9 @@ class TiedProcess:
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
+            if self._status_r < 0:  # closed before the exit was reported: it was killed
+                self.returncode = -signal.SIGKILL
+                break
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise subprocess.TimeoutExpired("spawned command", timeout or 0.0)
@@ -146,17 +149,19 @@ class TiedProcess:
         deadline = time.monotonic() + timeout
         while not self.finished:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or self._status_r < 0:
                 return False
             select.select([self._status_r], [], [], remaining)
         return True
 
     def kill(self) -> None:
-        if self._new_session and self._ctrl_w >= 0:
-            # Synchronous group kill. Safe until we release: the supervisor reaps the command only
-            # after that, so its pid — the group id — cannot have been recycled.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, signal.SIGKILL)
+        with self._lock:
+            if self._new_session and self._ctrl_w >= 0:
+                # Synchronous group kill. Safe until we release (under the same lock): the
+                # supervisor reaps the command only after that, so its pid — the group id —
+                # cannot have been recycled.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.pid, signal.SIGKILL)
         self.release()
 
     def release(self) -> None:

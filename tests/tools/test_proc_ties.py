@@ -239,3 +239,19 @@ async def _gone(tag: str, within_s: float = 5.0) -> bool:
             return False
         await asyncio.sleep(0.02)
     return True
+
+
+async def test_k6_untied_fallback_still_kills_the_group(tmp_path, monkeypatch):
+    """Where the helper cannot run, spawn falls back to a plain Popen: group kill only."""
+    monkeypatch.setattr(_proc, "_get_helper", lambda: None)
+    proc = _proc.spawn(["bash", "-c", "echo out; exit 3"], env={"PATH": os.defpath})
+    assert isinstance(proc, _proc.UntiedProcess)
+    try:
+        assert proc.stdout is not None and proc.stdout.read() == b"out\n" and proc.wait(10) == 3
+    finally:
+        proc.close()
+    tag = _tag()
+    ctx = make_context(LocalWorkspace(tmp_path), tool_name="bash")
+    result = await TOOL.run(ctx, TOOL.validate({"command": f"sleep {tag} >/dev/null 2>&1 & echo started"}))
+    assert result.output == "started\n" and result.metadata["exit_code"] == 0
+    assert await _gone(tag)
