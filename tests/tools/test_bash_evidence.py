@@ -1,7 +1,7 @@
 """When bash capture cut the output, evidence says so (SPEC R-6, B-2; issue 15 item 9).
 
 ``original_bytes`` is every byte the command printed, ``content_digest`` the SHA-256 of both
-streams merged in arrival order, ``loss_mode`` is lossy; the original is an artifact when it is
+streams merged line by line in arrival order, ``loss_mode`` is lossy; the original is an artifact when it is
 at most 1 MiB, else ``content_ref`` names the retained capture by its own digest.
 """
 

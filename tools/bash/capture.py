@@ -8,14 +8,16 @@ are a prefix of that stream and its chunks in the tail a suffix, so a per-stream
 ``head + marker + tail`` with its own exact counts.
 
 The *original* of a truncated capture (what evidence describes, SPEC R-6) is the command's
-output as a terminal shows ``2>&1``: both streams merged in arrival order. ``OutputCapture``
+output as a line-buffered terminal shows ``2>&1``: both streams merged line by line in arrival
+order (a line is never cut by the other stream's output, unless it passes
+``MAX_PARTIAL_LINE_BYTES`` without a newline). ``OutputCapture``
 hashes it while it streams (SHA-256, on a helper thread once it passes ``HASH_INLINE_BYTES``, so
 reading and hashing overlap) and keeps a full copy while it stays within
 ``RETAIN_FULL_MAX_BYTES`` (1 MiB); ``end()`` finishes both.
 
 Invariants:
 - memory held is at most ``BUDGET_BYTES`` + ``RETAIN_FULL_MAX_BYTES`` + the hashing queue
-  (``HASH_QUEUE_CHUNKS`` chunks) plus the chunk being fed (callers read ``READ_CHUNK_BYTES`` at a
+  (``HASH_QUEUE_CHUNKS`` chunks) + two unfinished lines plus the chunk being fed (callers read ``READ_CHUNK_BYTES`` at a
   time), however much the command prints;
 - ``total_bytes`` is exact for each stream and overall; nothing is ever decoded before rendering;
 - the marker reads ``[command output truncated: retained the first H and last T of N bytes]``;
@@ -42,6 +44,7 @@ READ_CHUNK_BYTES = 8 * 1024
 OUTPUT_MAX_BYTES = 100 * 1024
 MAX_RENDER_PASSES = 4
 RETAIN_FULL_MAX_BYTES = 1024 * 1024
+MAX_PARTIAL_LINE_BYTES = 64 * 1024
 HASH_INLINE_BYTES = BUDGET_BYTES
 HASH_QUEUE_CHUNKS = 64
 
@@ -167,16 +170,12 @@ class OutputCapture:
         self._totals: dict[Stream, int] = {"stdout": 0, "stderr": 0}
         self._digest = StreamDigest()
         self._full: bytearray | None = bytearray()
+        self._partial: dict[Stream, bytes] = {"stdout": b"", "stderr": b""}
 
     def feed(self, stream: Stream, data: bytes) -> bytes:
         """Account ``data`` to ``stream``; return the part that landed in the head (for live deltas)."""
         self._totals[stream] += len(data)
-        self._digest.update(data)
-        if self._full is not None:
-            if len(self._full) + len(data) <= RETAIN_FULL_MAX_BYTES:
-                self._full += data
-            else:
-                self._full = None  # too big to keep whole: only the digest and the count go on
+        self._to_original(stream, data)
         head_part = b""
         room = self._head_limit - self._head_len
         if room > 0 and data:
@@ -199,8 +198,32 @@ class OutputCapture:
                     self._tail_len -= excess
         return head_part
 
+    def _to_original(self, stream: Stream, data: bytes) -> None:
+        """Merge ``data`` into the original at line granularity: a stream's unfinished last line
+        waits for the rest of it (up to ``MAX_PARTIAL_LINE_BYTES``), so lines of the two streams
+        never cut into each other."""
+        buf = self._partial[stream] + data if self._partial[stream] else data
+        cut = buf.rfind(b"\n") + 1
+        if not cut and len(buf) > MAX_PARTIAL_LINE_BYTES:
+            cut = len(buf)
+        self._partial[stream] = buf[cut:]
+        if cut:
+            self._append_original(buf[:cut])
+
+    def _append_original(self, data: bytes) -> None:
+        self._digest.update(data)
+        if self._full is not None:
+            if len(self._full) + len(data) <= RETAIN_FULL_MAX_BYTES:
+                self._full += data
+            else:
+                self._full = None  # too big to keep whole: only the digest and the count go on
+
     def end(self) -> str:
         """The stream is over: the SHA-256 (hex) of the merged original; ends the hashing thread."""
+        for stream in STREAMS:
+            if self._partial[stream]:
+                self._append_original(self._partial[stream])
+                self._partial[stream] = b""
         return self._digest.hexdigest()
 
     @property

@@ -28,7 +28,7 @@ truncated)}, timeout_ms, changed_paths, changed_paths_source, cwd, duration_ms``
 
 Evidence (SPEC R-6): when capture cut the output, the result declares it
 (``kernel.projection.bounded``): ``original_bytes`` = every byte the command printed,
-``content_digest`` = SHA-256 of both streams merged in arrival order, ``loss_mode: head_tail``.
+``content_digest`` = SHA-256 of both streams merged line by line in arrival order, ``loss_mode: head_tail``.
 That original is kept as an artifact (``content_ref``, and a ``[Full output artifact: …]`` line
 ends the output) when it is at most 1 MiB; bigger ones are not retained and ``content_ref``
 names the inline capture by its own digest.
@@ -221,7 +221,7 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
 async def _declare_bounded(ctx: ToolContext, capture: OutputCapture, metadata: dict[str, Any]) -> str:
     """When capture cut the output, tell the projector the truth about the original (SPEC R-6).
 
-    The original (both streams merged in arrival order) is stored as an artifact when it stayed
+    The original (both streams merged line by line in arrival order) is stored as an artifact when it stayed
     within ``RETAIN_FULL_MAX_BYTES``; the returned line (``[Full output artifact: …]``) then goes
     at the end of the output. Bigger originals are described by size and SHA-256 only.
     """
