@@ -348,3 +348,33 @@ def test_cli_workflow_failure_exits_non_zero_with_the_step_error(workspace: Path
         and missing.stderr.startswith("error: not_found")
         and "Traceback" not in missing.stderr
     )
+
+
+def test_k6_closing_the_session_cancels_a_running_workflow_and_records_it(
+    agent: Agent, workspace: Path
+) -> None:
+    import threading
+
+    from tools.program.vm import active_pids
+
+    s = agent.session(workspace)
+    src = """async function run(wf) {
+      await wf.step('slow', 'bash', {command: 'touch slow.started; sleep 60'});
+    }"""
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(s.workflow(source=src, run_id="closing")))
+    t.start()
+    deadline = time.monotonic() + 60
+    while not (workspace / "slow.started").exists():
+        assert time.monotonic() < deadline, "the step never started"
+        time.sleep(0.05)
+    s.close()
+    t.join(60)
+    assert out and out[0].exit_code == 1 and out[0].error_kind["type"] == "cancelled"
+    types = _types(workspace, "closing")
+    assert types[-2:] == ["step_failed", "run_cancelled"]
+    for _ in range(250):
+        if not active_pids():
+            break
+        time.sleep(0.02)
+    assert not active_pids()
