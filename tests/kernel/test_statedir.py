@@ -169,3 +169,23 @@ def test_open_state_dir_refuses_symlinks_at_every_level(tmp_path: Path) -> None:
     with open_state_dir(ws, "real", "deeper") as fd:
         assert os.fstat(fd.fd).st_ino == os.stat(ws / ".a3s" / "real" / "deeper").st_ino
     assert sorted(os.listdir(outside)) == ["canary.txt"]
+
+
+def test_session_with_a_planted_object_symlink_fails_the_call_and_writes_nothing_outside(
+    tmp_path: Path,
+) -> None:
+    """The issue's scenario end to end: a lossy bash output, ``objects/bash -> outside`` planted."""
+    from kernel.projection import ToolResultTransformPolicyV1
+
+    outside = _outside(tmp_path)
+    ws = tmp_path / "ws"
+    (ws / ".a3s" / "artifacts" / "objects").mkdir(parents=True)
+    os.symlink(outside, ws / ".a3s" / "artifacts" / "objects" / "bash")
+    before = _snapshot(outside)
+    policy = ToolResultTransformPolicyV1(max_output_bytes=4096, head_bytes=4096, tail_bytes=0)
+    with Agent() as agent:
+        session = agent.session(ws, SessionOptions(tool_result_transform_policy=policy))
+        res = session.tool("bash", {"command": "head -c 30000 /dev/zero | tr '\\0' a"})
+    assert res.exit_code == 1 and "never followed" in res.output, res.output
+    assert _snapshot(outside) == before
+    assert sorted(os.listdir(outside)) == ["canary.txt"]
