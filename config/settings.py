@@ -28,6 +28,11 @@ class Settings(BaseSettings):
     # Agent builds, on the orchestrator and on workers alike (plugins, test and bench tools).
     extra_tools: str = ""
     log_level: str = "WARNING"
+    # MCP servers every session gets (A3S_MCP_CONFIG: a .mcp.json-shaped file); on a worker, the only
+    # servers it will start. A3S_MCP_WORKSPACE_CONFIG=1 also reads each workspace's .mcp.json
+    # (it starts programs: only where every workspace is trusted). docs/mcp-and-skills.md.
+    mcp_config: str | None = None
+    mcp_workspace_config: bool = False
 
     # Network tools (issue 12; docs/network.md). A3S_NET_ALLOW is the only way to open the SSRF
     # guard: hosts (`intranet.corp`, `*.corp`) or addresses/CIDRs (`10.0.0.0/8`), comma-separated.

@@ -28,6 +28,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from flows.integrations import McpSource, attach_integrations
 from flows.loop import LoopThread
 from flows.snapshot import build_snapshot, check_snapshot
 from flows.workflow.tool import workflow_tool
@@ -167,7 +168,8 @@ class SessionFactory:
     """Builds ``SessionCore``s on one loop thread, with one id factory and one set of extra tools.
 
     ``services`` are the process's shared runtimes (``process_services``); a session's own
-    ``options.services`` override them key by key."""
+    ``options.services`` override them key by key. ``mcp`` says where sessions get their MCP
+    servers (``flows.integrations.McpSource``: this process's config, or a worker's pool)."""
 
     def __init__(
         self,
@@ -175,11 +177,13 @@ class SessionFactory:
         ids: IdFactory,
         extra: Sequence[ToolSpec] = (),
         services: dict[str, Any] | None = None,
+        mcp: McpSource | None = None,
     ) -> None:
         self.loop = loop
         self.ids = ids
         self.extra = list(extra)
         self.services = dict(services or {})
+        self.mcp = mcp or McpSource()
 
     def build(
         self,
@@ -211,6 +215,10 @@ class SessionFactory:
         )
         for spec in self.extra:
             registry.register(spec)  # dynamic: never built-in trust (K-2)
+        state = session_state if session_state is not None else {}
+        services = {**self.services, **options.services}
+        # Skills and MCP servers (flows.integrations): session tools and dynamic tools (S-2).
+        closers = attach_integrations(self.loop, self.mcp, ws, options, registry, state, services)
         kernel = Kernel(
             session_id=session_id or self.ids("session"),
             registry=registry,
@@ -222,13 +230,15 @@ class SessionFactory:
             clock=SystemClock(),
             ids=self.ids,
             compact_change=compact_change_metadata,
-            services={**self.services, **options.services},
-            session_state=session_state,
+            services=services,
+            session_state=state,
             budget_used=budget_used,
             started_ms=started_ms,
         )
         name = workspace if isinstance(workspace, str) else ws.name
         core = SessionCore(kernel, memory, str(name), self.loop)
+        for closer in closers:
+            core.on_close(closer)
         if options.workspace_retrieval:
             # The index is session-owned: it starts building now and is freed when the session closes.
             start_retrieval(kernel.session_state, ws, kernel.services)

@@ -46,7 +46,7 @@ from kernel.errors import (
 from kernel.events import Event, EventSink
 from kernel.hooks import PostToolInput, PreToolInput, call_maybe_async, freeze
 from kernel.lifecycle import Lifecycle, State
-from kernel.options import ConfirmationRequest, SessionOptions
+from kernel.options import ACTIVE_SKILLS_KEY, SKILL_TOOL_NAMES, ConfirmationRequest, SessionOptions
 from kernel.origin import ControlPlane, Origin, event_label, is_governed
 from kernel.policy import Allow, Ask, Deny, PermissionPolicy
 from kernel.redact import DefaultSecretRedactor, SecretRedactor
@@ -135,6 +135,7 @@ class Kernel:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._session_slots: asyncio.Semaphore | None = None
         self._tool_slots: dict[str, asyncio.Semaphore] = {}
+        self._skill_policies: dict[tuple[str, ...], PermissionPolicy] = {}
 
     # ---- public entry points (the only places an origin is chosen) ----------------------------
 
@@ -325,6 +326,8 @@ class Kernel:
             self._deny(
                 inv, label, "skill_restriction", f"Tool '{inv.name}' is not allowed by the active skill"
             )
+        if self.options.enforce_skill_tool_restrictions and inv.name not in SKILL_TOOL_NAMES:
+            self._active_skill_gate(inv, spec, params, label)
         subjects = self._subjects(spec, params) if self.policy.rules_for(inv.name) else None
         decision = self.policy.decide(inv.name, subjects)
         if isinstance(decision, Deny):
@@ -334,6 +337,38 @@ class Kernel:
             return
         reason = decision.reason if isinstance(decision, Ask) else "the tool asks for confirmation"
         await self._confirm(inv, label, reason)
+
+    def _active_skill_gate(self, inv: Invocation, spec: ToolSpec, params: Any, label: str) -> None:
+        """K-3 skill restriction (REFERENCE 4.16): while active skills list ``allowed-tools``, a call
+        must be allowed by at least one of them (rules matched like permission allow rules)."""
+        active = self.session_state.get(ACTIVE_SKILLS_KEY)
+        if not isinstance(active, list):
+            return
+        restricting = [
+            (str(s.get("name")), tuple(s["allowed_tools"]))
+            for s in active
+            if isinstance(s, dict) and isinstance(s.get("allowed_tools"), list) and s["allowed_tools"]
+        ]
+        if not restricting:
+            return
+        subjects: list[Subject] | None = None
+        for _name, rules in restricting:
+            policy = self._skill_policies.get(rules)
+            if policy is None:
+                policy = self._skill_policies[rules] = PermissionPolicy(allow=rules)
+            if not policy.rules_for(inv.name):
+                continue
+            if subjects is None:
+                subjects = self._subjects(spec, params)
+            if isinstance(policy.decide(inv.name, subjects), Allow):
+                return
+        names = ", ".join(name for name, _ in restricting)
+        self._deny(
+            inv,
+            label,
+            "skill_restriction",
+            f"Tool '{inv.name}' is not allowed by the active skill(s) {names} (their allowed-tools)",
+        )
 
     def _subjects(self, spec: ToolSpec, params: Any) -> list[Subject] | None:
         """What the rules are matched against (see ``ToolSpec.subject_kind`` and docs/kernel.md)."""

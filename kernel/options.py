@@ -23,6 +23,11 @@ DEFAULT_TOOL_TIMEOUT_MS = 600_000
 DEFAULT_MAX_CONCURRENT_CALLS = 32
 DEFAULT_TOOL_SLOTS = 16
 MAX_NESTING_DEPTH = 8
+# Session state key of the active skills ([{"name", "allowed_tools"}]), written by the `Skill` tool and
+# read by the kernel's skill-restriction stage; JSON, so it travels in snapshots (issue 10).
+ACTIVE_SKILLS_KEY = "active_skills"
+# The skill tools themselves stay callable under a skill restriction (a model can switch skills).
+SKILL_TOOL_NAMES = frozenset({"Skill", "search_skills"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +80,14 @@ class SessionOptions:
     # Dynamic workflows (issue 11): `dynamic_workflow` is always callable (session.workflow), and
     # shown to the model only when the host offers it.
     offer_dynamic_workflow: bool = False
+    # --- MCP servers and skills (issue 10; docs/mcp-and-skills.md) ---
+    # Servers in the .mcp.json shape ({"mcpServers": {name: {command, args, env, cwd} | {url, headers}}}),
+    # over the process's A3S_MCP_CONFIG. Never snapshotted: a snapshot names servers, never commands.
+    mcp_servers: Any = None
+    # Also read <workspace>/.mcp.json. It starts programs: only for workspaces the user trusts.
+    mcp_workspace_config: bool = False
+    # The active skill's allowed-tools restrict model-side calls (off by default, as in the reference).
+    enforce_skill_tool_restrictions: bool = False
 
     def settings_json(self) -> dict[str, Any]:
         return {
@@ -93,4 +106,5 @@ class SessionOptions:
             "workspace_retrieval": self.workspace_retrieval,
             "artifact_store": self.artifact_store,
             "offer_dynamic_workflow": self.offer_dynamic_workflow,
+            "enforce_skill_tool_restrictions": self.enforce_skill_tool_restrictions,
         }

@@ -44,6 +44,20 @@ class Registry:
                 raise InvalidArgument(f"tool {spec.name!r} is already registered")
             self._tools = {**self._tools, spec.name: spec}
 
+    def add_session_tool(self, spec: ToolSpec) -> bool:
+        """A session built-in that appears after the session was built (``Skill`` and ``search_skills``
+        when the first skill is registered). False when it is already there; a dynamic tool holding
+        the name is an error."""
+        with self._lock:
+            existing = self._tools.get(spec.name)
+            if existing is not None:
+                if existing.builtin:
+                    return False
+                raise InvalidArgument(f"tool {spec.name!r} is taken by a dynamic tool")
+            builtin = spec if spec.builtin else dataclasses.replace(spec, builtin=True)
+            self._tools = {**self._tools, spec.name: builtin}
+            return True
+
     def unregister(self, name: str) -> bool:
         with self._lock:
             spec = self._tools.get(name)

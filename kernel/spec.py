@@ -116,8 +116,10 @@ class ToolSpec:
 
         if len(json.dumps(self.json_schema)) > MAX_SCHEMA_BYTES:
             raise ValueError(f"tool {self.name!r}: schema is larger than {MAX_SCHEMA_BYTES} bytes")
-        jsonschema.Draft202012Validator.check_schema(self.json_schema)
-        return jsonschema.Draft202012Validator(self.json_schema)
+        cls = _validator_class(self.json_schema)
+        cls.check_schema(self.json_schema)
+        validator: jsonschema.protocols.Validator = cls(self.json_schema)
+        return validator
 
     def definition(self) -> dict[str, Any]:
         """What the model sees: name, description, JSON Schema."""
@@ -141,6 +143,24 @@ class ToolSpec:
             ]
             raise _invalid(self.name, lines)
         return args
+
+
+_DRAFTS: dict[str, Any] = {
+    "json-schema.org/draft-04/schema": jsonschema.Draft4Validator,
+    "json-schema.org/draft-06/schema": jsonschema.Draft6Validator,
+    "json-schema.org/draft-07/schema": jsonschema.Draft7Validator,
+    "json-schema.org/draft/2019-09/schema": jsonschema.Draft201909Validator,
+    "json-schema.org/draft/2020-12/schema": jsonschema.Draft202012Validator,
+}
+
+
+def _validator_class(schema: dict[str, Any]) -> Any:
+    """Draft 2020-12, unless ``$schema`` names another known draft (MCP servers often emit draft-07)."""
+    uri = schema.get("$schema")
+    if isinstance(uri, str):
+        key = uri.split("://", 1)[-1].rstrip("#")
+        return _DRAFTS.get(key, jsonschema.Draft202012Validator)
+    return jsonschema.Draft202012Validator
 
 
 def _pointer(path: list[Any]) -> str:

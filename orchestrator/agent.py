@@ -21,6 +21,7 @@ import os
 from typing import Any
 
 from config.settings import Settings
+from flows.integrations import McpSource
 from flows.loop import LoopThread
 from flows.sessions import SessionCore, SessionFactory, extra_tools, open_workspace, process_services
 from kernel.clock import RandomIds
@@ -32,15 +33,25 @@ from orchestrator.session import Session
 __all__ = ["Agent", "extra_tools", "open_workspace"]
 
 
+def mcp_source(settings: Settings) -> McpSource:
+    """The MCP servers of this process (``A3S_MCP_CONFIG``), loaded once; the workspace opt-in default."""
+    from tools.mcp import load_config_file
+
+    config = load_config_file(settings.mcp_config) if settings.mcp_config else None
+    return McpSource(config=config, read_workspace=settings.mcp_workspace_config)
+
+
 class Agent:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
+        mcp = mcp_source(self.settings)  # a broken A3S_MCP_CONFIG fails here, before any thread starts
         self._loop = LoopThread()
         self._factory = SessionFactory(
             self._loop,
             RandomIds(),
             extra_tools(self.settings.extra_tools),
             process_services(self.settings, self._state_store()),
+            mcp,
         )
         self._sessions: list[Session] = []
         self._fleet_app: Any = None

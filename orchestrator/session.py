@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+import os
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -167,6 +168,71 @@ class Session:
 
     def unregister_tool(self, name: str) -> bool:
         return self.kernel.registry.unregister(name)
+
+    # ---- skills and MCP servers (issue 10; docs/mcp-and-skills.md) ----------------------------
+
+    def register_skill(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        instructions: str | None = None,
+        allowed_tools: str | list[str] | None = None,
+        replace: bool = False,
+    ) -> None:
+        """Add a skill: a host path (a skill directory or its ``SKILL.md``), or given inline. The
+        ``Skill`` and ``search_skills`` tools appear with the first skill. ``InvalidArgument`` when
+        the skill breaks a rule of the format (or the name is taken and ``replace`` is False)."""
+        from flows.integrations import register_skill
+        from tools.skills import load_skill_path, make_skill
+
+        if path is not None:
+            skill = load_skill_path(path)
+        else:
+            skill = make_skill(
+                name=name,
+                description=description,
+                instructions=instructions or "",
+                allowed_tools=allowed_tools,
+            )
+        register_skill(
+            self.kernel.registry, self.kernel.session_state, self.kernel.services, skill, replace=replace
+        )
+
+    def skills(self) -> list[dict[str, Any]]:
+        """The session's skills: name, description, allowed tools, source."""
+        catalog = self.kernel.services.get("skills")
+        if catalog is None:
+            return []
+        return [
+            {
+                "name": s.name,
+                "description": s.description,
+                "allowed_tools": list(s.allowed_tools),
+                "source": s.source,
+            }
+            for s in catalog.all()
+        ]
+
+    def active_skills(self) -> list[str]:
+        """Skills loaded through ``Skill`` in this session (their restriction applies when enforced)."""
+        from kernel.options import ACTIVE_SKILLS_KEY
+
+        return [str(s.get("name")) for s in self.kernel.session_state.get(ACTIVE_SKILLS_KEY) or []]
+
+    def deactivate_skills(self) -> None:
+        """Forget the active skills (and so their tool restriction)."""
+        from kernel.options import ACTIVE_SKILLS_KEY
+
+        self.kernel.session_state.pop(ACTIVE_SKILLS_KEY, None)
+
+    def mcp_status(self) -> dict[str, Any]:
+        """``{"servers": [{name, transport, source, state, tools, starts, pid, error}], "warnings": [...]}``."""
+        servers = self.kernel.services.get("mcp")
+        if servers is None:
+            return {"servers": [], "warnings": []}
+        return {"servers": servers.status(), "warnings": list(servers.warnings)}
 
     # ---- events, snapshot, artifacts, close ---------------------------------------------------
 

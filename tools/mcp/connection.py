@@ -1,0 +1,364 @@
+"""One MCP server connection: started on demand, restarted after a failure, stopped on close (SPEC M-1, K-6).
+
+``McpConnection(config)`` owns one server (stdio child or streamable-HTTP session) through the
+official SDK's ``mcp.ClientSession`` (``initialize`` handshake, paginated ``tools/list``). The SDK's
+contexts are entered and left by one *owner task*; calls from any task of the same loop share its
+session, calls from another loop are carried over to it (``_hop``), so one process-wide connection
+can serve sessions driven by different loops (a fleet worker).
+
+Lifecycle and errors, each naming the server:
+
+- start (first use, or the next call after a failure): spawn/connect, handshake, list tools, all
+  within ``startup_timeout_ms`` (``timeout{op: "mcp.start"}``); a program that cannot be spawned,
+  exits, or a URL that cannot be reached is ``transport{op: "mcp.start"}`` with the reason (exit code,
+  stderr tail, connection error) — one line;
+- a server that dies (its output ends) or a connection that breaks during a call is
+  ``transport{op: "mcp.call"}``; the connection is marked dead and the **next call restarts it**;
+- a call the kernel times out or cancels (its deadline, ``session.close()``) is cancelled here; the
+  SDK sends ``notifications/cancelled``, and the server is *suspect*: the next call pings it first
+  and restarts it when it does not answer within ``PING_TIMEOUT_S``;
+- ``aclose()`` stops the owner: stdin closed, grace period, then the whole process tree is killed
+  (``tools.mcp.stdio``); an HTTP session is terminated with ``DELETE``.
+
+JSON-RPC errors the server answers with are typed: invalid params → ``invalid_argument``, unknown
+method → ``not_found``, anything else → ``internal_error`` carrying the code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+import mcp_types as types
+from mcp import ClientSession
+from mcp.shared.exceptions import MCPError
+
+from kernel.errors import Cancelled, InternalError, InvalidArgument, NotFound, Timeout, ToolError, Transport
+from tools.mcp.config import McpServerConfig
+from tools.mcp.stdio import StdioLink, describe_exit, program_problem, tied_stdio_client
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+CLIENT_INFO = types.Implementation(name="a3s-fleet", version="0.1.0")
+PING_TIMEOUT_S = 5.0
+STOP_TIMEOUT_S = 5.0
+EXIT_REPORT_WAIT_S = 3.0
+MAX_TOOL_PAGES = 100
+MAX_TOOLS_PER_SERVER = 1024
+ProgressFn = Callable[[float, "float | None", "str | None"], Awaitable[None]]
+
+
+class McpConnection:
+    def __init__(self, config: McpServerConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self.tools: list[types.Tool] = []
+        self.truncated_listing = False
+        self.starts = 0
+        self.last_error: str | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock: asyncio.Lock | None = None
+        self._session: ClientSession | None = None
+        self._owner: asyncio.Task[None] | None = None
+        self._stop: asyncio.Event | None = None
+        self._link: StdioLink | None = None
+        self._dead = True
+        self._suspect = False
+        self._closed = False
+
+    # ---- public --------------------------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        """Started, its owner running, its output not ended, no failure seen since."""
+        return (
+            not self._closed
+            and not self._dead
+            and self._session is not None
+            and self._owner is not None
+            and not self._owner.done()
+            and (self._link is None or not self._link.eof.is_set())
+        )
+
+    @property
+    def pid(self) -> int | None:
+        """The stdio server's pid while it runs (tests and diagnostics)."""
+        return self._link.pid if self._link is not None and self.alive else None
+
+    async def start(self) -> list[types.Tool]:
+        """Start (or check) the server and return its tools."""
+        await self._run_here(self._ensure())
+        return self.tools
+
+    async def call_tool(
+        self, tool: str, arguments: dict[str, Any], progress: ProgressFn | None = None
+    ) -> types.CallToolResult:
+        """``tools/call``; a failure is a ``ToolError`` naming the server (see the module docstring)."""
+        return await self._run_here(self._call(tool, arguments, progress))
+
+    async def aclose(self) -> None:
+        """Stop the server (idempotent). Safe from any loop."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._loop is None:
+            return
+        await self._run_here(self._stop_owner())
+
+    # ---- loop affinity ---------------------------------------------------------------------------
+
+    async def _run_here(self, coro: Coroutine[Any, Any, T]) -> T:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+            self._lock = asyncio.Lock()
+        if loop is self._loop:
+            return await coro
+        if self._loop.is_closed() or not self._loop.is_running():
+            coro.close()
+            raise Transport(
+                f"MCP server '{self.name}': its event loop is gone", op="mcp.call", server=self.name
+            )
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return await asyncio.wrap_future(fut)
+        except asyncio.CancelledError:
+            fut.cancel()  # cancels the call on the connection's loop too
+            raise
+
+    # ---- start / stop ----------------------------------------------------------------------------
+
+    async def _ensure(self) -> ClientSession:
+        assert self._lock is not None
+        async with self._lock:
+            if self._closed:
+                raise Cancelled(f"MCP server '{self.name}' is closed (its session closed)", op="mcp.start")
+            if self.alive and self._session is not None:
+                if not self._suspect:
+                    return self._session
+                try:
+                    await asyncio.wait_for(self._session.send_ping(), PING_TIMEOUT_S)
+                    self._suspect = False
+                    return self._session
+                except (Exception, TimeoutError):
+                    log.warning(
+                        "MCP server %r did not answer a ping after a cancelled call; restarting", self.name
+                    )
+            await self._stop_owner()
+            return await self._spawn_owner()
+
+    async def _spawn_owner(self) -> ClientSession:
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[ClientSession] = loop.create_future()
+        stop = asyncio.Event()
+        link = StdioLink() if self.config.transport == "stdio" else None
+        self._stop, self._link, self._suspect = stop, link, False
+        self.starts += 1
+        self._owner = loop.create_task(self._serve(ready, stop, link), name=f"mcp-{self.name}")
+        timeout_s = self.config.startup_timeout_ms / 1000
+        try:
+            session = await asyncio.wait_for(asyncio.shield(ready), timeout_s)
+        except TimeoutError:
+            await self._stop_owner()
+            err: ToolError = Timeout(
+                f"MCP server '{self.name}' ({self.config.describe()}) did not finish starting within "
+                f"{self.config.startup_timeout_ms} ms",
+                op="mcp.start",
+                duration_ms=self.config.startup_timeout_ms,
+                server=self.name,
+            )
+            self.last_error = err.message
+            raise err from None
+        except asyncio.CancelledError:
+            await asyncio.shield(self._stop_owner())
+            raise
+        except ToolError as exc:
+            await self._stop_owner()
+            self.last_error = exc.message
+            raise
+        self._session, self._dead, self.last_error = session, False, None
+        return session
+
+    async def _serve(
+        self, ready: asyncio.Future[ClientSession], stop: asyncio.Event, link: StdioLink | None
+    ) -> None:
+        """The owner task: enters the transport and session contexts, then waits to be stopped."""
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                streams = await stack.enter_async_context(self._transport(link))
+                session = await stack.enter_async_context(
+                    ClientSession(*streams, client_info=CLIENT_INFO, logging_callback=self._on_log)
+                )
+                await session.initialize()
+                self.tools, self.truncated_listing = await _list_tools(session)
+                ready.set_result(session)
+                waits = [asyncio.ensure_future(stop.wait())]
+                if link is not None:
+                    waits.append(asyncio.ensure_future(link.eof.wait()))
+                try:
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for w in waits:
+                        w.cancel()
+        except asyncio.CancelledError:
+            if not ready.done():
+                ready.set_exception(
+                    Cancelled(f"MCP server '{self.name}': start-up cancelled", op="mcp.start")
+                )
+            raise
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(self._start_error(exc, link))
+            else:
+                log.info("MCP server %r connection ended: %s", self.name, _root_cause(exc))
+
+    def _transport(self, link: StdioLink | None) -> contextlib.AbstractAsyncContextManager[Any]:
+        if link is not None:
+            return tied_stdio_client(self.config, link)
+        return _http_transport(self.config)
+
+    async def _stop_owner(self) -> None:
+        owner, self._owner, self._session = self._owner, None, None
+        self._dead = True
+        if owner is None:
+            return
+        if self._stop is not None:
+            self._stop.set()
+        done, _ = await asyncio.wait({owner}, timeout=STOP_TIMEOUT_S)
+        if not done:  # stuck inside the SDK (e.g. a handshake): cancel; the transports still clean up
+            owner.cancel()
+            await asyncio.wait({owner}, timeout=STOP_TIMEOUT_S)
+
+    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        log.debug("MCP server %r log (%s): %s", self.name, params.level, str(params.data)[:2000])
+
+    # ---- calls -------------------------------------------------------------------------------------
+
+    async def _call(
+        self, tool: str, arguments: dict[str, Any], progress: ProgressFn | None
+    ) -> types.CallToolResult:
+        session = await self._ensure()
+        link, owner = self._link, self._owner
+        try:
+            result = await session.call_tool(tool, arguments, progress_callback=progress)
+        except asyncio.CancelledError:
+            if not self._closed:
+                self._suspect = True  # the server may be stuck in that call: ping before reusing it
+            raise
+        except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED:
+                raise await self._broken(link, owner, None) from None
+            raise self._rpc_error(tool, exc) from None
+        except ToolError:
+            raise
+        except Exception as exc:
+            cause = _root_cause(exc)
+            if isinstance(cause, (OSError, ConnectionError)) or _is_transport_error(cause):
+                raise await self._broken(link, owner, cause) from None
+            if isinstance(cause, RuntimeError):  # e.g. structured content that breaks the output schema
+                raise InternalError(
+                    f"MCP server '{self.name}' returned an invalid result for '{tool}': {cause}",
+                    exception="RuntimeError",
+                    errno=None,
+                    server=self.name,
+                ) from None
+            raise
+        if not isinstance(result, types.CallToolResult):
+            raise InternalError(
+                f"MCP server '{self.name}' answered '{tool}' with {type(result).__name__}, not a tool result",
+                exception=type(result).__name__,
+                errno=None,
+                server=self.name,
+            )
+        return result
+
+    async def _broken(
+        self, link: StdioLink | None, owner: asyncio.Task[None] | None, cause: BaseException | None
+    ) -> ToolError:
+        """The connection broke mid-call: mark it dead (the next call restarts) and say why."""
+        self._dead = True
+        if link is not None and owner is not None:
+            await asyncio.wait({owner}, timeout=EXIT_REPORT_WAIT_S)  # reaps the child: exit code known
+            why = describe_exit(link)
+        else:
+            why = str(cause) if cause is not None else "the connection closed"
+        err = Transport(
+            f"MCP server '{self.name}' failed during the call ({why}); it restarts on the next call",
+            op="mcp.call",
+            server=self.name,
+        )
+        self.last_error = err.message
+        return err
+
+    def _rpc_error(self, tool: str, exc: MCPError) -> ToolError:
+        text = f"MCP server '{self.name}' refused '{tool}': {exc.message}"
+        if exc.code == types.INVALID_PARAMS:
+            return InvalidArgument(text, server=self.name, code=exc.code)
+        if exc.code == types.METHOD_NOT_FOUND:
+            return NotFound(text, path=tool, server=self.name, code=exc.code)
+        if exc.code == types.REQUEST_TIMEOUT:
+            return Timeout(text, op="mcp.call", duration_ms=None, server=self.name)
+        return InternalError(text, exception="MCPError", errno=None, server=self.name, code=exc.code)
+
+    def _start_error(self, exc: BaseException, link: StdioLink | None) -> ToolError:
+        cause = _root_cause(exc)
+        if isinstance(cause, ToolError):
+            return cause
+        if link is not None and link.pid is None and isinstance(cause, OSError):
+            reason = program_problem(self.config, cause)
+        elif link is not None:
+            reason = describe_exit(link) if link.eof.is_set() else f"{type(cause).__name__}: {cause}"
+        else:
+            reason = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+        return Transport(
+            f"MCP server '{self.name}' ({self.config.describe()}) could not start: {reason}",
+            op="mcp.start",
+            server=self.name,
+        )
+
+
+async def _list_tools(session: ClientSession) -> tuple[list[types.Tool], bool]:
+    """Every page of ``tools/list`` (bounded: ``MAX_TOOL_PAGES`` pages, ``MAX_TOOLS_PER_SERVER`` tools)."""
+    tools: list[types.Tool] = []
+    cursor: str | None = None
+    for _ in range(MAX_TOOL_PAGES):
+        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await session.list_tools(params=params)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor or len(tools) >= MAX_TOOLS_PER_SERVER:
+            break
+    truncated = bool(cursor) or len(tools) > MAX_TOOLS_PER_SERVER
+    return tools[:MAX_TOOLS_PER_SERVER], truncated
+
+
+@contextlib.asynccontextmanager
+async def _http_transport(config: McpServerConfig) -> Any:
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    assert config.url is not None
+    client = create_mcp_http_client(headers=dict(config.headers) or None)
+    async with client, streamable_http_client(config.url, http_client=client) as streams:
+        yield streams
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The first real failure inside (nested) exception groups the SDK's task groups raise."""
+    while isinstance(exc, BaseExceptionGroup):
+        inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
+        if not inner:
+            return exc.exceptions[0]
+        exc = inner[0]
+    return exc
+
+
+def _is_transport_error(exc: BaseException) -> bool:
+    """httpx2 transport errors (connection refused, reset, read errors), without importing httpx2 eagerly."""
+    return any(
+        cls.__module__.startswith("httpx") and cls.__name__ == "TransportError" for cls in type(exc).__mro__
+    )
