@@ -37,8 +37,16 @@ def _tool(name: str = "t", schema: Any = None, **ann: Any) -> types.Tool:
 def test_m1_config_reads_the_mcp_json_shape_stdio_and_http() -> None:
     doc = {
         "mcpServers": {
-            "files": {"command": "node", "args": ["srv.js", "--root", "${HOME_DIR}"], "env": {"TOKEN": "${T:-x}"}},
-            "remote": {"type": "http", "url": "https://mcp.example/mcp", "headers": {"Authorization": "Bearer ${T}"}},
+            "files": {
+                "command": "node",
+                "args": ["srv.js", "--root", "${HOME_DIR}"],
+                "env": {"TOKEN": "${T:-x}"},
+            },
+            "remote": {
+                "type": "http",
+                "url": "https://mcp.example/mcp",
+                "headers": {"Authorization": "Bearer ${T}"},
+            },
         },
         "otherAgentKey": True,
     }
@@ -115,10 +123,14 @@ def test_k4_invalid_or_oversized_schemas_are_refused_at_registration() -> None:
         checked_schema({"type": "object", "properties": {"a": {"$ref": "https://evil.example/s.json"}}})
     with pytest.raises(SchemaRefused, match="does not resolve"):
         checked_schema({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}})
-    ok = checked_schema({"type": "object", "properties": {"a": {"$ref": "#/$defs/A"}}, "$defs": {"A": {"type": "integer"}}})
+    ok = checked_schema(
+        {"type": "object", "properties": {"a": {"$ref": "#/$defs/A"}}, "$defs": {"A": {"type": "integer"}}}
+    )
     assert ok["$defs"]["A"] == {"type": "integer"}
     with pytest.raises(Exception, match="is not valid under any of the given schemas|is not of type"):
-        build_spec(_conn(), _tool(schema={"type": "object", "properties": {"a": {"type": 12}}}), "mcp__srv__t")
+        build_spec(
+            _conn(), _tool(schema={"type": "object", "properties": {"a": {"type": 12}}}), "mcp__srv__t"
+        )
 
 
 def test_k4_a_draft07_schema_validates_with_its_own_draft() -> None:

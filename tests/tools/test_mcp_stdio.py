@@ -64,17 +64,26 @@ def test_m1_server_tools_join_the_surface_as_mcp_server_tool(session: Session) -
     assert (status["name"], status["state"], status["transport"]) == ("t", "running", "stdio")
 
 
-def test_k4_bad_arguments_are_rejected_before_the_server_sees_them(session: Session, server_dir: Path) -> None:
+def test_k4_bad_arguments_are_rejected_before_the_server_sees_them(
+    session: Session, server_dir: Path
+) -> None:
     before = len(calls(server_dir))
     for call in (session.model_tool_call, session.tool):
         result = call("mcp__t__add", {"a": "two", "b": 2})
         assert result.error_kind["type"] == "invalid_argument"
         assert "/a" in result.output
         missing = call("mcp__t__add", {"a": 1})
-        assert missing.error_kind["type"] == "invalid_argument" and "'b' is a required property" in missing.output
+        assert (
+            missing.error_kind["type"] == "invalid_argument"
+            and "'b' is a required property" in missing.output
+        )
     assert len(calls(server_dir)) == before  # nothing reached the server
     assert session.model_tool_call("mcp__t__add", {"a": 1, "b": 1}).output == "2"
-    assert calls(server_dir)[-1] == {"tool": "add", "args": {"a": 1, "b": 1}, "pid": calls(server_dir)[-1]["pid"]}
+    assert calls(server_dir)[-1] == {
+        "tool": "add",
+        "args": {"a": 1, "b": 1},
+        "pid": calls(server_dir)[-1]["pid"],
+    }
 
 
 def test_s5_progress_notifications_arrive_as_events_while_the_call_runs(
@@ -122,14 +131,18 @@ def test_m1_a_tool_error_reported_by_the_server_is_a_failed_result(session: Sess
     assert "fail_softly" in result.output
 
 
-def test_m1_destructive_hint_asks_for_confirmation_even_when_allowed(session: Session, server_dir: Path) -> None:
+def test_m1_destructive_hint_asks_for_confirmation_even_when_allowed(
+    session: Session, server_dir: Path
+) -> None:
     before = len(calls(server_dir))
     denied = session.model_tool_call("mcp__t__delete_everything", {"confirm": "yes"})
     assert denied.error_kind == {"type": "permission_denied", "reason": "missing_confirmation_manager"}
     unlisted = session.model_tool_call("mcp__t__whoami", {})  # no allow rule: asks, so denied here
     assert unlisted.error_kind["type"] == "permission_denied"
     assert len(calls(server_dir)) == before
-    assert session.tool("mcp__t__delete_everything", {"confirm": "host"}).exit_code == 0  # host-direct: trusted
+    assert (
+        session.tool("mcp__t__delete_everything", {"confirm": "host"}).exit_code == 0
+    )  # host-direct: trusted
 
 
 def test_x2_batch_sees_mcp_tools_and_fans_out_read_only_ones(session: Session) -> None:
@@ -138,9 +151,18 @@ def test_x2_batch_sees_mcp_tools_and_fans_out_read_only_ones(session: Session) -
     result = session.batch([{"tool": "mcp__t__add", "args": {"a": i, "b": 1}} for i in range(4)])
     assert result.exit_code == 0, result.output
     assert result.metadata["execution_mode"] == "parallel"
-    assert [r["metadata"]["mcp"]["structured_content"]["result"] for r in result.metadata["results"]] == [1, 2, 3, 4]
-    nested = session.model_tool_call("batch", {"invocations": [{"tool": "mcp__t__add", "args": {"a": "x", "b": 1}}]})
-    assert nested.metadata["results"][0]["error_kind"]["type"] == "invalid_argument"  # the kernel, inside batch
+    assert [r["metadata"]["mcp"]["structured_content"]["result"] for r in result.metadata["results"]] == [
+        1,
+        2,
+        3,
+        4,
+    ]
+    nested = session.model_tool_call(
+        "batch", {"invocations": [{"tool": "mcp__t__add", "args": {"a": "x", "b": 1}}]}
+    )
+    assert (
+        nested.metadata["results"][0]["error_kind"]["type"] == "invalid_argument"
+    )  # the kernel, inside batch
 
 
 def test_m1_the_server_gets_only_safe_variables_and_its_own_env(session: Session) -> None:
@@ -164,7 +186,9 @@ def test_m1_a_crashed_server_gives_a_typed_transport_error_and_recovers(agent: A
         assert status["starts"] == 2 and status["pid"] != first_pid
 
 
-def test_m1_a_stuck_server_times_out_typed_and_is_restarted_on_the_next_call(agent: Agent, tmp_path: Path) -> None:
+def test_m1_a_stuck_server_times_out_typed_and_is_restarted_on_the_next_call(
+    agent: Agent, tmp_path: Path
+) -> None:
     with _new_session(agent, tmp_path, tool_timeouts_ms={"mcp__t__hang": 1000}) as s:
         first_pid = s.mcp_status()["servers"][0]["pid"]
         timed_out = s.tool("mcp__t__hang", {"seconds": 120})
@@ -189,7 +213,9 @@ def test_k6_close_cancels_a_running_mcp_call(agent: Agent, tmp_path: Path) -> No
     s = _new_session(agent, tmp_path)
     server_pid = s.mcp_status()["servers"][0]["pid"]
     box: dict[str, object] = {}
-    thread = threading.Thread(target=lambda: box.setdefault("r", s.tool("mcp__t__gated", {"gate": str(tmp_path / "never")})))
+    thread = threading.Thread(
+        target=lambda: box.setdefault("r", s.tool("mcp__t__gated", {"gate": str(tmp_path / "never")}))
+    )
     thread.start()
     deadline = time.monotonic() + 60
     while not any(e.type == "tool_output_delta" for e in s.events()) and time.monotonic() < deadline:
@@ -204,7 +230,10 @@ def test_k6_close_cancels_a_running_mcp_call(agent: Agent, tmp_path: Path) -> No
 def test_m1_a_server_that_cannot_start_is_one_clear_error_naming_it(agent: Agent, tmp_path: Path) -> None:
     config = {
         "ghost": {"command": str(tmp_path / "no-such-program")},
-        "quitter": {"command": "python3", "args": ["-c", "import sys; print('boom', file=sys.stderr); sys.exit(5)"]},
+        "quitter": {
+            "command": "python3",
+            "args": ["-c", "import sys; print('boom', file=sys.stderr); sys.exit(5)"],
+        },
         "t": stdio_server(tmp_path),
     }
     with agent.session(tmp_path, SessionOptions(mcp_servers=config)) as s:

@@ -22,6 +22,7 @@ front matter at most ``MAX_FRONT_MATTER_BYTES``, ``yaml.safe_load`` only, at mos
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import threading
@@ -141,11 +142,17 @@ def parse_allowed_tools(value: Any, skill: str = "?") -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
-        entries = _ENTRY_RE.findall(value)
+        texts = [value]
     elif isinstance(value, list) and all(isinstance(v, str) for v in value):
-        entries = [e for v in value for e in _ENTRY_RE.findall(v)]
+        texts = value
     else:
         raise InvalidArgument(f"skill {skill!r}: allowed-tools must be a string or a list of strings")
+    entries = [e for text in texts for e in _ENTRY_RE.findall(text)]
+    junk = "".join(_ENTRY_RE.sub("", text) for text in texts).strip(" ,\t\r\n")
+    if junk:
+        raise InvalidArgument(
+            f"skill {skill!r}: allowed-tools has an entry that is not Tool or Tool(specifier): {junk[:200]!r}"
+        )
     if len(entries) > MAX_ALLOWED_TOOLS:
         raise InvalidArgument(f"skill {skill!r}: allowed-tools lists more than {MAX_ALLOWED_TOOLS} entries")
     out: list[str] = []
@@ -284,7 +291,9 @@ def load_skill_path(path: str | os.PathLike[str]) -> SkillDoc:
 
 def _why(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.errno is not None:
-        return "a symlink or not a directory" if exc.errno in (40, 20) else (exc.strerror or str(exc))
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            return "a symlink or not a directory"
+        return exc.strerror or str(exc)
     return str(exc)
 
 
