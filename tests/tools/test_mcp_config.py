@@ -127,7 +127,7 @@ def test_k4_invalid_or_oversized_schemas_are_refused_at_registration() -> None:
         {"type": "object", "properties": {"a": {"$ref": "#/$defs/A"}}, "$defs": {"A": {"type": "integer"}}}
     )
     assert ok["$defs"]["A"] == {"type": "integer"}
-    with pytest.raises(Exception, match="is not valid under any of the given schemas|is not of type"):
+    with pytest.raises(Exception, match=r"is not valid under any of the given schemas|is not of type"):
         build_spec(
             _conn(), _tool(schema={"type": "object", "properties": {"a": {"type": 12}}}), "mcp__srv__t"
         )

@@ -19,8 +19,8 @@ from kernel.options import SessionOptions
 from kernel.policy import PermissionPolicy
 from orchestrator import Agent
 from orchestrator.session import Session
-from tests.tools.mcp_support import SERVER, alive, calls, stdio_server, wait_gone
 from tests.tools.fixtures.mcp_server import PNG
+from tests.tools.mcp_support import SERVER, alive, calls, stdio_server, wait_gone
 
 ALLOW = PermissionPolicy(allow=["mcp__t__add", "mcp__t__gated", "mcp__t__delete_everything", "batch"])
 

@@ -7,6 +7,7 @@ The restriction is off by default (REFERENCE 4.16) and on with
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -104,7 +105,7 @@ def test_m2_search_skills_ranks_by_bm25_over_name_and_description(agent: Agent, 
         assert ranked[0] == "pdf-forms"
         review = s.model_tool_call("search_skills", {"query": "review my pull request"}).metadata["skills"]
         assert review[0]["name"] == "code-review"
-        assert all(a["score"] >= b["score"] for a, b in zip(review, review[1:], strict=False))
+        assert all(a["score"] >= b["score"] for a, b in itertools.pairwise(review))
         by_name = s.model_tool_call("search_skills", {"query": "release notes"}).metadata["skills"]
         assert by_name[0]["name"] == "release-notes"
         none = s.model_tool_call("search_skills", {"query": "kubernetes"})
