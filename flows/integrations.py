@@ -49,6 +49,24 @@ class McpSource:
     pool: Any = None  # a worker's shared McpServers (then ``config`` is ignored)
 
 
+def worker_source(config_path: str | None) -> McpSource:
+    """A fleet worker process's source: a pool of the servers of its own config (none without one).
+
+    Nothing starts here: a server starts when the first session naming it is restored.
+    """
+    if not config_path:
+        return McpSource()
+    from tools.mcp import load_config_file, servers
+
+    return McpSource(pool=servers(load_config_file(config_path)))
+
+
+async def close_source(source: McpSource) -> None:
+    """Stop a worker pool's servers (the worker runtime closes)."""
+    if source.pool is not None:
+        await source.pool.aclose()
+
+
 def attach_integrations(
     loop: LoopThread,
     source: McpSource,

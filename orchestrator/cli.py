@@ -1,11 +1,12 @@
 """The ``a3s-fleet`` command line (click). Errors print one clear line, never a traceback.
 
-    a3s-fleet tools [--workspace DIR] [--json]
+    a3s-fleet tools [--workspace DIR] [--json] [--mcp-config FILE] [--mcp-workspace-config]
     a3s-fleet tool NAME [ARGS_JSON | -] [--workspace DIR] [--policy conservative|context-efficient] [--json]
+                   [--mcp-config FILE] [--mcp-workspace-config]
     a3s-fleet artifact URI [--workspace DIR]
 
 ``tool`` exits 0 when the result's ``exit_code`` is 0, else 1. ``--workspace`` defaults to the current
-directory and also accepts ``git:REPO@REV``. Fleet commands (``verify``, ``worker``, ``status``) are
+directory and also accepts ``git:REPO@REV``. ``--mcp-config`` adds MCP servers (``orchestrator.cli_mcp``). Fleet commands (``verify``, ``worker``, ``status``) are
 added by ``orchestrator.cli_fleet`` (imported lazily inside each command: embedded use never
 loads Celery).
 """
@@ -24,6 +25,7 @@ import click
 
 from kernel.errors import ToolError
 from kernel.options import SessionOptions
+from orchestrator.cli_mcp import mcp_options, mcp_session_options, report_mcp
 
 F = TypeVar("F", bound=Callable[..., Any])
 POLICIES = ("conservative", "context-efficient")
@@ -88,13 +90,16 @@ def _quiet_logs() -> None:
 @main.command("tools")
 @click.option("--workspace", "-w", default=".", show_default=True, help="Directory or git:REPO@REV.")
 @click.option("--json", "as_json", is_flag=True, help="Print the model-visible definitions as JSON.")
+@mcp_options
 @_one_line_errors
-def tools_cmd(workspace: str, as_json: bool) -> None:
+def tools_cmd(workspace: str, as_json: bool, mcp_config: str | None, mcp_workspace_config: bool) -> None:
     """List the tools a session on WORKSPACE offers."""
     from orchestrator.agent import Agent
 
+    mcp = mcp_session_options(mcp_config, mcp_workspace_config)
     with Agent() as agent:
-        session = agent.session(workspace, SessionOptions(artifact_store="memory"))
+        session = agent.session(workspace, SessionOptions(artifact_store="memory", **mcp))
+        report_mcp(session)
         if as_json:
             click.echo(json.dumps(session.tool_definitions(), indent=2))
             return
@@ -112,8 +117,17 @@ def tools_cmd(workspace: str, as_json: bool) -> None:
 @click.option(
     "--json", "as_json", is_flag=True, help="Print {name, output, exit_code, metadata, error_kind}."
 )
+@mcp_options
 @_one_line_errors
-def tool_cmd(name: str, args_json: str, workspace: str, policy: str, as_json: bool) -> None:
+def tool_cmd(
+    name: str,
+    args_json: str,
+    workspace: str,
+    policy: str,
+    as_json: bool,
+    mcp_config: str | None,
+    mcp_workspace_config: bool,
+) -> None:
     """Run one tool host-direct. ARGS_JSON is a JSON object, or - to read it from stdin."""
     from orchestrator.agent import Agent
 
@@ -126,8 +140,12 @@ def tool_cmd(name: str, args_json: str, workspace: str, policy: str, as_json: bo
         raise click.UsageError("ARGS_JSON is nested too deeply") from None
     if not isinstance(args, dict):
         raise click.UsageError("ARGS_JSON must be a JSON object")
+    mcp = mcp_session_options(mcp_config, mcp_workspace_config)
     with Agent() as agent:
-        session = agent.session(workspace, SessionOptions(tool_result_transform_policy=_policy(policy)))
+        session = agent.session(
+            workspace, SessionOptions(tool_result_transform_policy=_policy(policy), **mcp)
+        )
+        report_mcp(session)
         result = session.tool(name, args)
     if as_json:
         data = result.to_json()

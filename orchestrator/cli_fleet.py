@@ -1,7 +1,7 @@
 """Fleet operations on the ``a3s-fleet`` command line: ``worker`` and ``status`` (SPEC F-1, F-5).
 
     a3s-fleet worker [--broker URL] [--concurrency N] [--pool prefork|threads|solo] [--queues Q,...]
-                     [--hostname NAME] [--loglevel LEVEL]
+                     [--hostname NAME] [--loglevel LEVEL] [--mcp-config FILE]
     a3s-fleet status [--broker URL] [--json] [--timeout S]
 
 ``worker`` replaces this process with ``celery -A workers.app:app worker`` (so signals, ``kill`` and
@@ -28,6 +28,7 @@ from typing import Any
 import click
 
 from config.settings import Settings
+from orchestrator.cli_mcp import check_mcp_config, mcp_config_option
 
 POOLS = ("prefork", "threads", "solo")
 DEFAULT_CONCURRENCY = 2
@@ -59,13 +60,23 @@ def worker_argv(
 @click.option("--queues", "-Q", default=None, help="Comma-separated queues (default: A3S_QUEUE).")
 @click.option("--hostname", "-n", default=None, help="Worker node name (default: celery@<host>).")
 @click.option("--loglevel", "-l", default="INFO", show_default=True)
+@mcp_config_option
 def worker_cmd(
-    broker: str | None, concurrency: int, pool: str, queues: str | None, hostname: str | None, loglevel: str
+    broker: str | None,
+    concurrency: int,
+    pool: str,
+    queues: str | None,
+    hostname: str | None,
+    loglevel: str,
+    mcp_config: str | None,
 ) -> None:
     """Run a fleet worker: `celery worker` with the fleet's app, queue and settings."""
     env = dict(os.environ)
     if broker:
         env["A3S_BROKER_URL"] = broker
+    if mcp_config:  # the servers this worker may start; checked now, read by each worker process
+        check_mcp_config(mcp_config)
+        env["A3S_MCP_CONFIG"] = os.path.abspath(mcp_config)
     settings = Settings(**({"broker_url": broker} if broker else {}))
     from workers.app import check_time_limits
 

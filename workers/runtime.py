@@ -28,6 +28,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from config.settings import Settings
+from flows.integrations import close_source, worker_source
 from flows.loop import LoopThread
 from flows.sessions import (
     SessionCore,
@@ -74,8 +75,14 @@ class WorkerRuntime:
         self.events = EventPump(self.client)
         self.loop = LoopThread("a3s-worker-loop")
         # Breakers, the search bulkhead and coalescing live in Redis: shared by the whole fleet.
+        # MCP servers come from this process's own config (A3S_MCP_CONFIG), never from a job.
+        self.mcp = worker_source(settings.mcp_config)
         self.factory = SessionFactory(
-            self.loop, RandomIds(), extra_tools(settings.extra_tools), process_services(settings, self.state)
+            self.loop,
+            RandomIds(),
+            extra_tools(settings.extra_tools),
+            process_services(settings, self.state),
+            self.mcp,
         )
         self._sessions: OrderedDict[str, SessionCore] = OrderedDict()
         self._inline: asyncio.AbstractEventLoop | None = None
@@ -168,6 +175,7 @@ class WorkerRuntime:
         for session in self._sessions.values():
             session.close()
         self._sessions.clear()
+        self.loop.run(close_source(self.mcp), timeout=30)
         self.loop.stop()
         if self._inline is not None:
             self._inline.close()
