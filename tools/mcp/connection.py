@@ -133,6 +133,8 @@ class McpConnection:
     # ---- start / stop ----------------------------------------------------------------------------
 
     async def _ensure(self) -> ClientSession:
+        if self.alive and not self._suspect and self._session is not None:
+            return self._session  # the common case: no lock, no await
         assert self._lock is not None
         async with self._lock:
             if self._closed:

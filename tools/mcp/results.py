@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from typing import Any
 
 import mcp_types as types
+import msgspec
 
 from kernel.artifacts import ArtifactStore
 from kernel.result import ToolResult
@@ -50,19 +50,18 @@ def to_tool_result(
     structured = result.structured_content
     if structured is not None:
         try:
-            text = json.dumps(structured, ensure_ascii=False)
-        except (TypeError, ValueError, RecursionError):
-            text = None
+            data = msgspec.json.encode(structured)  # C speed: this runs on every structured result
+        except (TypeError, ValueError, RecursionError, msgspec.EncodeError):
+            data = None
             meta["structured_content_error"] = "not serializable as JSON"
-        if text is not None:
-            data = text.encode("utf-8", "surrogatepass")
+        if data is not None:
             if len(data) <= MAX_INLINE_STRUCTURED_BYTES:
                 meta["structured_content"] = structured
             else:
                 meta["structured_content_uri"] = artifacts.put(name, data)
                 meta["structured_content_bytes"] = len(data)
             if not any(b.get("type") == "text" for b in blocks):
-                lines.append(text)
+                lines.append(data.decode("utf-8", "replace"))
     output = "\n".join(lines)
     return ToolResult(name=name, output=output, exit_code=1 if result.is_error else 0, metadata={"mcp": meta})
 
