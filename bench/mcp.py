@@ -46,7 +46,9 @@ async def _per_call(fn: Callable[[], Awaitable[Any]], n: int) -> float:
     return (time.perf_counter() - t0) / n
 
 
-def _measure(agent: Any, session: Any, tool: str, args: dict[str, Any], rounds: int, calls: int) -> tuple[float, float]:
+def _measure(
+    agent: Any, session: Any, tool: str, args: dict[str, Any], rounds: int, calls: int
+) -> tuple[float, float]:
     conn = session.kernel.services["mcp"].connections["b"]
     client = conn._session  # the very ClientSession the kernel path uses
     kernel = session.kernel
@@ -129,7 +131,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=DEFAULT_CALLS)
     ns = parser.parse_args()
     transports = ["stdio", "http"] if ns.http else ["stdio"]
-    print(f"MCP per-call time, median of {ns.rounds} interleaved rounds of {ns.calls} calls (same server, same session)")
+    print(
+        f"MCP per-call time, median of {ns.rounds} interleaved rounds of {ns.calls} calls (same server, same session)"
+    )
     worst = 0.0
     for transport in transports:
         for label, direct, ours in run(transport, ns.rounds, ns.calls):

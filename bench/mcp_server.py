@@ -1,7 +1,7 @@
 """The MCP server ``bench/mcp.py`` measures against, written with the SDK's ``MCPServer``.
 
-    python -m bench.mcp_server            # stdio
-    python -m bench.mcp_server http PORT  # streamable HTTP on 127.0.0.1:PORT/mcp
+python -m bench.mcp_server            # stdio
+python -m bench.mcp_server http PORT  # streamable HTTP on 127.0.0.1:PORT/mcp
 """
 
 from __future__ import annotations

@@ -250,3 +250,10 @@ def test_m1_a_server_that_cannot_start_is_one_clear_error_naming_it(agent: Agent
 
 def test_m1_the_fixture_is_a_real_mcpserver() -> None:
     assert "MCPServer(" in SERVER.read_text()
+
+
+def test_m1_a_snapshot_names_the_servers_never_their_commands_or_env(session: Session) -> None:
+    snapshot = session.snapshot()
+    assert snapshot["session_state"]["mcp_servers"] == ["t"]
+    text = json.dumps(snapshot)
+    assert "given-by-config" not in text and str(SERVER) not in text
