@@ -155,7 +155,11 @@ def attach_mcp(
     from tools.mcp import servers as new_servers
 
     servers = new_servers(config)
-    loop.run(servers.start(), timeout=_start_timeout(servers))
+    try:
+        loop.run(servers.start(), timeout=_start_timeout(servers))
+    except BaseException:
+        loop.run(servers.aclose(), timeout=START_MARGIN_S)  # leave no server behind a failed build
+        raise
     servers.register(registry)
     state[STATE_KEY] = servers.names
     services[MCP_SERVICE] = servers

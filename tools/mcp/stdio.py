@@ -92,24 +92,25 @@ async def tied_stdio_client(config: McpServerConfig, link: StdioLink) -> AsyncIt
         write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](16)
 
         async def read_stdout() -> None:
-            async with to_session:
-                while True:
-                    try:
-                        line = await reader.readuntil(b"\n")
-                    except asyncio.IncompleteReadError as exc:
-                        if exc.partial.strip():
-                            await _deliver(to_session, exc.partial)
-                        break
-                    except asyncio.LimitOverrunError:
-                        link.ended = f"the server sent a message larger than {MAX_MESSAGE_BYTES} bytes"
-                        break
-                    except (ConnectionError, OSError) as exc:
-                        link.ended = f"reading its output failed: {exc}"
-                        break
-                    if line.strip():
-                        if not await _deliver(to_session, line):
+            try:
+                async with to_session:
+                    while True:
+                        try:
+                            line = await reader.readuntil(b"\n")
+                        except asyncio.IncompleteReadError as exc:
+                            if exc.partial.strip():
+                                await _deliver(to_session, exc.partial)
                             break
-            link.eof.set()
+                        except asyncio.LimitOverrunError:
+                            link.ended = f"the server sent a message larger than {MAX_MESSAGE_BYTES} bytes"
+                            break
+                        except (ConnectionError, OSError) as exc:
+                            link.ended = f"reading its output failed: {exc}"
+                            break
+                        if line.strip() and not await _deliver(to_session, line):
+                            break
+            finally:
+                link.eof.set()  # whatever ended the reading: the connection is over
 
         async def read_stderr() -> None:
             while chunk := await err_reader.read(65536):
