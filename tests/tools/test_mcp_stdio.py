@@ -257,3 +257,43 @@ def test_m1_a_snapshot_names_the_servers_never_their_commands_or_env(session: Se
     assert snapshot["session_state"]["mcp_servers"] == ["t"]
     text = json.dumps(snapshot)
     assert "given-by-config" not in text and str(SERVER) not in text
+
+
+KILLED_HOST = """
+import json, os, signal, sys
+sys.path.insert(0, {root!r})
+from orchestrator import Agent
+from kernel.options import SessionOptions
+agent = Agent()
+session = agent.session({ws!r}, SessionOptions(mcp_servers={{"t": {server!r}}}))
+child = session.tool("mcp__t__spawn_child", {{}}).metadata["mcp"]["structured_content"]["result"]
+print(json.dumps({{"server": session.mcp_status()["servers"][0]["pid"], "child": child}}), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_k6_a_host_killed_by_sigkill_leaves_no_server_or_grandchild(tmp_path: Path) -> None:
+    """The server is tied to its host process (tools._proc): a SIGKILLed host takes it down."""
+    import subprocess
+    import sys
+
+    root = str(Path(__file__).resolve().parents[2])
+    script = KILLED_HOST.format(root=root, ws=str(tmp_path), server=stdio_server(tmp_path))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == -9, out.stderr[-2000:]
+    pids = json.loads(out.stdout.strip().splitlines()[-1])
+    assert wait_gone(pids["server"]) and wait_gone(pids["child"])
+
+
+def test_p3_program_sees_mcp_tools_through_the_scoped_registry(session: Session) -> None:
+    source = """async function run(ctx) {
+      const sum = await ctx.tool('mcp__t__add', {a: 20, b: 22});
+      const bad = await ctx.tool('mcp__t__add', {a: 'x', b: 1});
+      return {sum: sum.output, bad: bad.errorKind ? bad.errorKind.type : bad.exitCode};
+    }"""
+    result = session.program({"source": source, "allowedTools": ["mcp__t__add"]})
+    assert result.exit_code == 0, result.output
+    assert result.metadata["script_result"]["bad"] == 1  # the kernel refused it: exit code 1
+    assert str(result.metadata["script_result"]["sum"]) == "42"
+    calls_made = result.metadata["program"]["tool_calls"]
+    assert [(c["tool_name"], c["exit_code"]) for c in calls_made] == [("mcp__t__add", 0), ("mcp__t__add", 1)]

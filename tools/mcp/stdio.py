@@ -28,8 +28,8 @@ import mcp_types as types
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
+from tools import _proc
 from tools.mcp.config import McpServerConfig
-from tools.mcp.spawn import Child, spawn_tied
 
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 STDERR_TAIL_BYTES = 4096
@@ -68,7 +68,15 @@ async def tied_stdio_client(config: McpServerConfig, link: StdioLink) -> AsyncIt
     assert config.command is not None
     loop = asyncio.get_running_loop()
     argv = [config.command, *config.args]
-    proc = spawn_tied(argv, cwd=config.cwd, env=server_environment(config))
+    proc = _proc.spawn(
+        argv,
+        cwd=config.cwd,
+        env=server_environment(config),
+        stdin=_proc.PIPE,
+        stdout=_proc.PIPE,
+        stderr=_proc.PIPE,
+        new_session=True,
+    )
     link.pid = proc.pid
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     tasks: list[asyncio.Task[None]] = []
@@ -159,7 +167,10 @@ async def _deliver(stream: Any, line: bytes) -> bool:
 
 
 async def _stop(
-    proc: Child, link: StdioLink, tasks: list[asyncio.Task[None]], transports: list[asyncio.BaseTransport]
+    proc: _proc.Child,
+    link: StdioLink,
+    tasks: list[asyncio.Task[None]],
+    transports: list[asyncio.BaseTransport],
 ) -> None:
     """Close stdin, let the server exit within the grace period, then kill its whole tree."""
     for transport in transports[2:]:  # the stdin pipe: EOF asks a well-behaved server to exit
