@@ -161,3 +161,18 @@ def test_k5_annotations_map_to_capabilities_and_confirmation() -> None:
     distrusted = build_spec(_conn(trust_annotations=False), _tool(read_only_hint=True), "mcp__srv__x")
     assert not distrusted.capabilities({}).read_only
     assert ro.trust == "external" and not ro.builtin
+
+
+def test_m1_errors_never_quote_the_url_query_or_a_header_value() -> None:
+    config = McpServerConfig(
+        name="w",
+        transport="http",
+        url="https://mcp.example/mcp?token=sekrit123",
+        headers=(("Authorization", "Bearer abcdefgh1234"),),
+    )
+    conn = McpConnection(config)
+    err = conn._start_error(
+        OSError("401 for url 'https://mcp.example/mcp?token=sekrit123' (Bearer abcdefgh1234)"), None
+    )
+    assert "sekrit123" not in err.message and "abcdefgh1234" not in err.message
+    assert "https://mcp.example/mcp" in err.message

@@ -287,7 +287,7 @@ class McpConnection:
             await asyncio.wait({owner}, timeout=EXIT_REPORT_WAIT_S)  # reaps the child: exit code known
             why = describe_exit(link)
         else:
-            why = str(cause) if cause is not None else "the connection closed"
+            why = self._scrub(str(cause)) if cause is not None else "the connection closed"
         err = Transport(
             f"MCP server '{self.name}' failed during the call ({why}); it restarts on the next call",
             op="mcp.call",
@@ -295,6 +295,17 @@ class McpConnection:
         )
         self.last_error = err.message
         return err
+
+    def _scrub(self, text: str) -> str:
+        """An HTTP library's message may quote the URL (its query may hold a token) or a header
+        value: show the URL without secrets and no header value."""
+        url = self.config.url
+        if url:
+            text = text.replace(url, self.config.describe().removeprefix("http: "))
+        for _name, value in self.config.headers:
+            if len(value) >= 8:
+                text = text.replace(value, "[REDACTED]")
+        return text
 
     def _rpc_error(self, tool: str, exc: MCPError) -> ToolError:
         text = f"MCP server '{self.name}' refused '{tool}': {exc.message}"
@@ -317,7 +328,7 @@ class McpConnection:
         else:
             reason = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
         return Transport(
-            f"MCP server '{self.name}' ({self.config.describe()}) could not start: {reason}",
+            f"MCP server '{self.name}' ({self.config.describe()}) could not start: {self._scrub(reason)}",
             op="mcp.start",
             server=self.name,
         )
