@@ -17,6 +17,7 @@ façade and, in fleet mode, the dispatcher (``orchestrator.dispatch``) — the o
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -42,6 +43,16 @@ def mcp_source(settings: Settings) -> McpSource:
 
 
 class Agent:
+    """Where sessions come from: one event-loop thread, the process's services and, with a broker, the fleet.
+
+    ``Agent()`` reads ``Settings`` from the environment (``A3S_*``); pass ``Settings(...)`` to choose
+    explicitly. Without ``broker_url`` every call runs in this process (embedded, F-1); with it,
+    fan-outs and direct calls become Celery jobs. Use it as a context manager — ``with Agent() as
+    agent:`` or, from asyncio code, ``async with Agent() as agent:`` — so its sessions are closed
+    (running calls cancelled, K-6) and its loop thread stopped. A broken ``A3S_MCP_CONFIG`` raises
+    here, before any thread starts.
+    """
+
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
         mcp = mcp_source(self.settings)  # a broken A3S_MCP_CONFIG fails here, before any thread starts
@@ -86,6 +97,13 @@ class Agent:
         *,
         session_id: str | None = None,
     ) -> Session:
+        """A new session on ``workspace`` (a directory, ``git:REPO@REV`` or a ``Workspace``).
+
+        The surface follows the workspace's capabilities (S-2, S-3): a read-only git tree gets no
+        ``write``/``edit``/``patch``/``bash``. ``options`` pins the transform policy, permission
+        rules, hooks, budget and limits for the session's life. Raises ``ToolError`` (typed) for a
+        workspace that cannot be opened or options that are invalid.
+        """
         sid = session_id or self._factory.ids("session")
         core = self._factory.build(
             workspace, options or SessionOptions(), session_id=sid, sinks=self._sinks(sid)
@@ -93,6 +111,9 @@ class Agent:
         return self._adopt(core)
 
     def resume(self, snapshot: dict[str, Any], options: SessionOptions | None = None) -> Session:
+        """Rebuild a session from ``session.snapshot()`` (R-5): same id, surface, tool state and
+        pinned transform policy; a different policy in ``options`` is rejected (``InvalidArgument``).
+        Callables (hooks, confirmation handler) are code, not snapshot data: pass them again."""
         sid = snapshot.get("session_id") if isinstance(snapshot, dict) else None
         core = self._factory.resume(snapshot, options, sinks=self._sinks(str(sid)) if sid else ())
         return self._adopt(core)
@@ -136,10 +157,14 @@ class Agent:
             self._loop.run(aclose(), timeout=5)
 
     def close(self) -> None:
-        for session in self._sessions:
+        """Close every session (cancelling running calls, K-6), the fleet connection, then the loop
+        thread. Blocks for at most a few seconds; idempotent."""
+        sessions, self._sessions = self._sessions, []
+        for session in sessions:
             self._close_session(session)
-        if self._fleet_app is not None:
-            self._fleet_app.close()
+        fleet_app, self._fleet_app = self._fleet_app, None
+        if fleet_app is not None:
+            fleet_app.close()
         self._loop.stop()
 
     def __enter__(self) -> Agent:
@@ -147,3 +172,11 @@ class Agent:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    async def __aenter__(self) -> Agent:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        # close() blocks (it waits for cancelled calls to settle and joins the loop thread): keep it
+        # off the caller's event loop so other tasks go on meanwhile.
+        await asyncio.to_thread(self.close)

@@ -14,7 +14,7 @@ import concurrent.futures
 import inspect
 import os
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flows.sessions import SessionCore
 from kernel.capabilities import ToolCapabilities
@@ -32,6 +32,9 @@ from orchestrator.fanout import (
     fan_out,
 )
 
+if TYPE_CHECKING:
+    from flows.verify import CommandResult, VerificationReport
+
 WORKFLOW_PROGRESS_POLL_S = 0.1
 
 
@@ -46,6 +49,25 @@ class InvocationRuntime:
 
 
 class Session:
+    """One governed tool session on a workspace: made by ``Agent.session`` / ``Agent.resume``, never directly.
+
+    Calls (all return a ``ToolResult``; none raises for a failing tool, K-8):
+
+    - ``tool(name, args)`` — trusted host-direct: skips model-side permission and confirmation,
+      never the pre-tool hooks, budget, slots, deadline, redaction or projection (K-3, K-7);
+    - ``governed_tool(name, args)`` — host-direct through permission policy and confirmation;
+    - ``model_tool_call(name, args)`` — the ``agent`` origin, as the model loop calls;
+    - ``*_async`` twins return awaitables for asyncio code; typed helpers (``read_file``, ``bash``,
+      ``grep``, ``glob``, ``edit_file``…) are trusted host-direct calls that raise the typed
+      ``ToolError`` instead of returning a failed result (X-1).
+
+    The surface (``tool_names``, ``tool_definitions``) follows the workspace's capabilities and the
+    registered host tools, skills and MCP servers; ``events()`` is the session's event log (S-5);
+    ``snapshot()`` is what ``Agent.resume`` rebuilds from (R-5). Blocking methods must not be called
+    from the agent's own loop thread (a host tool's handler): use the ``*_async`` variants there.
+    ``close()`` (or leaving ``with``/``async with``) cancels every running call (K-6).
+    """
+
     def __init__(self, core: SessionCore) -> None:
         self.core = core
         self.kernel = core.kernel
@@ -98,9 +120,11 @@ class Session:
         return self._wait(self.kernel.invoke_agent(name, args or {}), name)
 
     def tool_async(self, name: str, args: dict[str, Any] | None = None) -> Awaitable[ToolResult]:
+        """``tool`` for asyncio code: an awaitable (a ``concurrent.futures.Future`` outside a loop)."""
         return self._future(self._host_call(name, args or {}))
 
     def governed_tool_async(self, name: str, args: dict[str, Any] | None = None) -> Awaitable[ToolResult]:
+        """``governed_tool`` for asyncio code."""
         return self._future(self.kernel.invoke_host(name, args or {}, governed=True))
 
     def _future(self, coro: Any) -> Awaitable[ToolResult]:
@@ -124,12 +148,15 @@ class Session:
     # ---- surface ------------------------------------------------------------------------------
 
     def tool_names(self) -> list[str]:
+        """Every tool name the session resolves, hidden aliases included (S-1)."""
         return self.kernel.registry.names()
 
     def tool_definitions(self) -> list[dict[str, Any]]:
+        """The model-visible tools as ``{name, description, parameters}`` (JSON Schema parameters)."""
         return self.kernel.registry.definitions()
 
     def active_tools(self) -> list[dict[str, Any]]:
+        """Calls running now: ``{call_id, tool, origin, parent_call_id, started_ms}`` each."""
         return [dict(v) for v in list(self.kernel.active.values())]
 
     def register_tool(
@@ -167,6 +194,7 @@ class Session:
         self.kernel.registry.register(spec)
 
     def unregister_tool(self, name: str) -> bool:
+        """Remove a host tool; False when no such dynamic tool was registered (built-ins stay)."""
         return self.kernel.registry.unregister(name)
 
     # ---- skills and MCP servers (issue 10; docs/mcp-and-skills.md) ----------------------------
@@ -237,12 +265,16 @@ class Session:
     # ---- events, snapshot, artifacts, close ---------------------------------------------------
 
     def events(self, after_seq: int = 0) -> Iterator[Event]:
+        """The session's events with ``seq > after_seq``, in order (the last 10,000 are kept, S-5)."""
         return iter(self.core.memory.snapshot(after_seq))
 
     def snapshot(self) -> dict[str, Any]:
+        """A JSON-ready snapshot (workspace name, surface, tool state, pinned policy, options) for
+        ``Agent.resume`` here or on a worker (R-5). It names no secrets and holds no callables."""
         return self.core.snapshot()
 
     def read_artifact(self, uri: str) -> bytes:
+        """The original bytes behind an ``a3s://tool-output/…`` URI of a lossy projection (R-6)."""
         return self.kernel.artifacts.get(uri)
 
     def close(self) -> None:
@@ -259,9 +291,16 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.close)  # close() waits for cancelled calls: not on the caller's loop
+
     # ---- direct helpers (X-1) -----------------------------------------------------------------
 
     def read_file(self, path: str, offset: int | None = None, limit: int | None = None) -> str:
+        """``read`` as text (line-numbered, bounded, B-1); raises the typed ``ToolError`` on failure."""
         args: dict[str, Any] = {"file_path": path}
         if offset is not None:
             args["offset"] = offset
@@ -270,12 +309,15 @@ class Session:
         return _text(self.tool("read", args))
 
     def write_file(self, path: str, content: str) -> ToolResult:
+        """``write``: the result carries the bounded change metadata (B-3)."""
         return self.tool("write", {"file_path": path, "content": content})
 
     def ls(self, path: str | None = None) -> ToolResult:
+        """``ls`` of a workspace directory (the root by default)."""
         return self.tool("ls", {"path": path or ""})
 
     def edit_file(self, path: str, old_string: str, new_string: str, replace_all: bool = False) -> ToolResult:
+        """``edit``: replace ``old_string`` (unique unless ``replace_all``) with ``new_string``."""
         return self.tool(
             "edit",
             {
@@ -287,9 +329,11 @@ class Session:
         )
 
     def patch_file(self, path: str, diff: str) -> ToolResult:
+        """``patch``: apply a unified diff to one file."""
         return self.tool("patch", {"file_path": path, "diff": diff})
 
     def bash(self, command: str, timeout: int | None = None) -> str:
+        """``bash`` (sandboxed; ``timeout`` in ms): the bounded output, or the typed ``ToolError``."""
         args: dict[str, Any] = {"command": command}
         if timeout is not None:
             args["timeout"] = timeout
@@ -299,9 +343,11 @@ class Session:
         return result.output
 
     def grep(self, pattern: str, **kwargs: Any) -> str:
+        """``search`` mode ``grep`` (``kwargs``: ``path``, ``glob``, ``output_mode``…) as text."""
         return _text(self.tool("search", {"mode": "grep", "query": pattern, **kwargs}))
 
     def glob(self, pattern: str, **kwargs: Any) -> list[str]:
+        """``search`` mode ``glob``: the matching workspace-relative paths."""
         result = self.tool("search", {"mode": "glob", "query": pattern, **kwargs})
         _text(result)
         paths = result.metadata.get("paths")
@@ -310,6 +356,7 @@ class Session:
         return [line for line in result.output.splitlines() if line and not line.startswith(("More ", "("))]
 
     def git(self, command: str | dict[str, Any], subcommand: str | None = None, **kwargs: Any) -> ToolResult:
+        """The ``git`` tool: ``git("log", limit=5)`` or the raw arguments as a dict."""
         if isinstance(command, dict):
             return self.tool("git", command)
         args: dict[str, Any] = {"command": command, **{k: v for k, v in kwargs.items() if v is not None}}
@@ -339,8 +386,8 @@ class Session:
         title: str,
         commands: list[dict[str, Any]],
         *,
-        progress: Callable[[Any], None] | None = None,
-    ) -> Any:
+        progress: Callable[[CommandResult], None] | None = None,
+    ) -> VerificationReport:
         """F-6: run ``commands`` (``{id, kind, description, command, required, timeout_ms}``) as parallel
         ``bash`` fan-out branches and return a ``flows.verify.VerificationReport`` (verdict from the
         required ones). An invalid plan raises ``InvalidArgument``; failing commands never raise."""
@@ -398,6 +445,8 @@ class Session:
                 return result
 
     def batch(self, invocations: list[dict[str, Any]], max_concurrency: int | None = None) -> ToolResult:
+        """``batch`` (X-2): up to 32 ``{tool, args, id?, step?}`` calls; a partial failure names the failed
+        indexes and still succeeds, only an all-failed batch is an error."""
         args: dict[str, Any] = {"invocations": invocations}
         if max_concurrency is not None:
             args["max_concurrency"] = max_concurrency
