@@ -212,9 +212,9 @@ def branch_for(command: CommandSpec) -> BranchSpec:
     # The subshell keeps a `cd` inside the command from moving the session cwd (module docstring);
     # the newlines keep a trailing comment in the command from swallowing the closing parenthesis.
     wrapped = f"(\n{command.command.rstrip()}\n)"
-    return BranchSpec(
-        TOOL, {"command": wrapped, "timeout": command.timeout_ms}, f"{command.kind}: {command.id}"
-    )
+    # The branch's description is how the job is named on a fleet (Flower's task list, status).
+    described = f"{command.kind}: {command.id}" + (f" — {command.description}" if command.description else "")
+    return BranchSpec(TOOL, {"command": wrapped, "timeout": command.timeout_ms}, described)
 
 
 @dataclass

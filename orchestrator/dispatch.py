@@ -8,9 +8,10 @@ envelope names the session snapshot by its digest, and does its own fan-in — n
   the live-runs index ``a3s-fleet status`` reads, and the snapshot under its content-addressed key,
   so it crosses the broker once per run instead of once per job) and starts one reader for the run;
 - branches submitted in the same event-loop turn are published in one batch, from a thread (the
-  Celery producer is blocking I/O), in one Redis pipeline where kombu supports it (``_publish``); each message is labelled for Flower (``shadow`` name
-  ``a3s.tool:<run_id>:<index>`` — ``<run_id>:<step_id>`` for a workflow step —, ``kwargsrepr`` with
-  run id, branch index, description, tool, step id);
+  Celery producer is blocking I/O), in one Redis pipeline where kombu supports it (``_publish``); each
+  message is labelled for Flower by ``workers.protocol.job_label`` (``shadow`` name
+  ``a3s.tool:<description> [<run_id>:<index or step id>]``, ``kwargsrepr`` with run id, branch
+  index, step id, description, tool);
 - workers push each result onto the run's list before acknowledging the job; the reader pops them
   (``BLPOP``, the default ``wait="list"``) or polls the Celery result backend (``wait="poll"``,
   kept for the benchmark's comparison) and resolves the branch's future; a duplicate delivery's
@@ -47,7 +48,14 @@ from config.settings import Settings
 from kernel.errors import Cancelled, ToolError, Transport
 from kernel.result import ToolResult
 from orchestrator.fanout import Branch, BranchRunner, InProcessRunner
-from workers.protocol import TOOL_TASK, FleetKeys, JobEnvelope, snapshot_digest, snapshot_json
+from workers.protocol import (
+    TOOL_TASK,
+    FleetKeys,
+    JobEnvelope,
+    job_label,
+    snapshot_digest,
+    snapshot_json,
+)
 
 Dispatcher = BranchRunner
 InProcessDispatcher = InProcessRunner
@@ -254,19 +262,14 @@ class CeleryRunner:
             idempotency_key=(branch.key or f"{run.run_id}:{index}") if self.idempotent else None,
             origin=self.origin,
         ).model_dump(mode="json", exclude_none=True)  # no "snapshot": null on the wire
-        label = {
-            "run_id": run.run_id,
-            "branch_index": index,
-            "description": branch.description[:120],
-            "tool": branch.tool,
-            **({"step_id": branch.label} if branch.label else {}),
-        }
+        # A workflow step is named by its step id (and keeps its index); a branch by its index.
+        slot: int | str = branch.label or index
+        extra = {"branch_index": index} if branch.label else {}
+        label = job_label(run.run_id, slot, branch.description, tool=branch.tool, **extra)
         return {
             "task_id": run.task_ids[index],
             "kwargs": {"envelope": envelope},
-            "shadow": f"{TOOL_TASK}:{run.run_id}:{(branch.label or str(index))[:100]}",
-            "kwargsrepr": json.dumps(label),
-            "argsrepr": "()",
+            **label.send_options(),
             "ignore_result": self.wait == "list",
         }
 
@@ -363,6 +366,8 @@ class CeleryRunner:
                     meta = json.loads(value) if value else None
                     if meta and meta.get("status") == "SUCCESS":
                         got.append({"index": i, "task_id": tid, "result": meta["result"]})
+                    elif failed := _failed_result(meta):  # a tool that failed: the job ended FAILURE
+                        got.append({"index": i, "task_id": tid, "result": failed})
                     elif meta and meta.get("status") in ("FAILURE", "REVOKED"):
                         err = Transport(
                             f"fleet: job {tid} ended {meta['status']}: {meta.get('result')}", op="worker"
@@ -473,6 +478,18 @@ class CeleryRunner:
 
 
 CeleryDispatcher = CeleryRunner
+
+
+def _failed_result(meta: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The ``ToolResult`` JSON a failed job carries in its FAILURE record (``workers.jobs.JobFailed``)."""
+    if not meta or meta.get("status") != "FAILURE":
+        return None
+    exc = meta.get("result")
+    if not isinstance(exc, dict) or exc.get("exc_type") != "JobFailed":
+        return None
+    args = exc.get("exc_message")
+    value = args[0] if isinstance(args, list) and args else None
+    return value if isinstance(value, dict) and "exit_code" in value else None
 
 
 def _async_client(url: str) -> aioredis.Redis:

@@ -5,7 +5,7 @@
 
 - ``workflow_step_runner`` — ``BranchStepRunner``: each step is one branch of the session's
   ``CeleryRunner`` under the workflow's run id, i.e. one ``a3s.tool`` job labelled
-  ``a3s.tool:<run_id>:<step_id>`` for Flower. Its idempotency key is
+  ``a3s.tool:step <step_id>: <tool> [<run_id>:<step_id>]`` for Flower (``workers.protocol.job_label``). Its idempotency key is
   ``wf:<query digest>:<step_id>`` — stable across driver restarts — so the workers' step store
   (F-3: run id, query, key) recovers a step that completed on a worker while no driver listened (a
   SIGKILLed CLI) instead of running it again, and a worker killed mid-step has its job redelivered
@@ -62,7 +62,7 @@ class BranchStepRunner:
         branch = Branch(
             call.tool,
             call.args,
-            f"workflow {call.run_id} step {call.step_id}",
+            f"step {call.step_id}: {call.tool}",  # Flower: a3s.tool:step <id>: <tool> [<run_id>:<id>]
             key=step_key(call.query, call.step_id),
             label=call.step_id,
         )

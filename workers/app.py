@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
+from celery.app.amqp import AMQP
 from kombu import Queue
 
 from config.settings import Settings
@@ -108,12 +109,29 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     }
 
 
+class FleetAMQP(AMQP):
+    """Celery's message builder, but the ``task-sent`` event names the job by its label.
+
+    Celery puts the task's own name (``a3s.tool``) in the client's ``task-sent`` event and the
+    ``shadow`` name only in the worker's events; Flower keeps whichever it merged last, so a job
+    could show as a bare ``a3s.tool`` while queued (or after a late ``task-sent``). With the label in
+    both, every event of a job names it the same way (``workers.protocol.job_label``, SPEC F-5).
+    """
+
+    def as_task_v2(self, task_id: str, name: str, *args: Any, **kwargs: Any) -> Any:
+        message = super().as_task_v2(task_id, name, *args, **kwargs)
+        shadow = message.headers.get("shadow")
+        if shadow and message.sent_event is not None:
+            message.sent_event["name"] = shadow
+        return message
+
+
 def make_app(settings: Settings | None = None) -> Celery:
     """A new fleet app with ``a3s.tool`` registered; never the process-wide current app."""
-    from workers import jobs  # jobs imports the orchestrator's Agent: only when an app is built
+    from workers import jobs  # the session core and the tools: only when an app is built
 
     settings = settings or Settings()
-    app = Celery("a3s", set_as_current=False)
+    app = Celery("a3s", set_as_current=False, amqp=FleetAMQP)
     app.conf.update(celery_config(settings))
     jobs.register(app, settings)
     return app

@@ -20,7 +20,9 @@
    limit and stopped when the branch's cancel flag appears;
 5. push the result onto the run's result list, then return it (Celery acknowledges after) — in
    full when the caller reads Celery's result backend, as a short summary (``return_value``) when
-   the caller ignores it (the result list carries the full result).
+   the caller ignores it (the result list carries the full result). A failed result (``exit_code``
+   ≠ 0) is raised as ``JobFailed`` instead, after the push: Celery and Flower record the job as
+   FAILURE, the fan-in is unchanged (F-5).
 
 Every failure crosses as data: the kernel already turns tool errors into results; anything else
 (a broken snapshot, Redis trouble, a bug) becomes a ``ToolResult.failure`` with a typed kind.
@@ -71,11 +73,39 @@ def step_lease_ms(settings: Settings) -> int:
     return max(MIN_STEP_LEASE_MS, min(MAX_STEP_LEASE_MS, settings.visibility_timeout_s * 1000 // 2))
 
 
+class JobFailed(Exception):
+    """Raised by an ``a3s.tool`` job *after* its failed result was published: the job ends FAILURE.
+
+    ``args``: what the job would have returned (the full ``ToolResult`` JSON when the caller reads
+    Celery's result backend, else the ``return_value`` summary) — so the backend's FAILURE record
+    still carries the typed result — and the one line Flower and the worker's log show.
+    """
+
+    @classmethod
+    def of(cls, data: dict[str, Any], value: dict[str, Any]) -> JobFailed:
+        kind = data.get("error_kind")
+        line = f"{data.get('name')} failed: exit_code={data.get('exit_code')}"
+        if isinstance(kind, dict) and kind.get("type"):
+            line += f", {kind['type']}"
+        meta = data.get("metadata")
+        command_exit = meta.get("exit_code") if isinstance(meta, dict) else None
+        if isinstance(command_exit, int) and command_exit != 0:
+            line += f" (command exited {command_exit})"
+        return cls(value, line)
+
+    def __str__(self) -> str:
+        return str(self.args[1]) if len(self.args) > 1 else super().__str__()
+
+    def __repr__(self) -> str:
+        return f"JobFailed({str(self)!r})"
+
+
 def register(app: Celery, settings: Settings) -> None:
     """Register the fleet's jobs on ``app`` only (``shared=False``: no other app inherits them)."""
 
     # resultrepr_maxsize: Celery reprs the result into its log line and task-succeeded event (Flower);
     # the full result travels on the run's result list, a short repr is enough there and cheaper.
+    # throws: a failed tool is an expected outcome — logged in one line, without a traceback.
     @app.task(
         name=TOOL_TASK,
         bind=True,
@@ -83,6 +113,7 @@ def register(app: Celery, settings: Settings) -> None:
         reject_on_worker_lost=True,
         shared=False,
         resultrepr_maxsize=RESULT_REPR_CHARS,
+        throws=(JobFailed,),
     )
     def tool_job(self: Any, envelope: dict[str, Any]) -> dict[str, Any]:
         info = self.request.delivery_info or {}
@@ -91,7 +122,12 @@ def register(app: Celery, settings: Settings) -> None:
         # The result travels on the run's result list (pushed before the ack). A caller that ignores
         # Celery's result (the list fan-in) gets only a summary as the return value: Celery reprs it
         # for the log line and Flower's task-succeeded event, and a short value is cheaper to repr.
-        return return_value(data) if getattr(self.request, "ignore_result", False) else data
+        value = return_value(data) if getattr(self.request, "ignore_result", False) else data
+        if data.get("exit_code") != 0:
+            # Already published (run_job pushed it before returning), so the fan-in is unchanged:
+            # raising only makes Celery — and Flower — record the job as FAILURE (F-5).
+            raise JobFailed.of(data, value)
+        return value
 
 
 def return_value(data: dict[str, Any]) -> dict[str, Any]:

@@ -138,3 +138,68 @@ return 1
 """
 
 RESULTS_TTL_MS = 3600_000  # results of a run nobody reads any more expire
+
+
+# ---- how a job is named for people (SPEC F-5) -------------------------------------------------------
+
+MAX_TITLE_CHARS = 100
+MAX_LABEL_VALUE_CHARS = 120
+
+
+@dataclass(frozen=True, slots=True)
+class JobLabel:
+    """How Flower, ``a3s-fleet status`` and the worker's log name one job.
+
+    ``name`` is the Celery ``shadow`` name — what Flower's task list shows in its Name column, from
+    the client's ``task-sent`` event as well as from the worker's events; ``kwargsrepr`` is the JSON
+    Flower shows as the job's kwargs (the envelope itself, with the snapshot digest, is not printed).
+    """
+
+    name: str
+    kwargsrepr: str
+
+    def send_options(self) -> dict[str, str]:
+        """The keyword arguments of ``app.send_task`` that carry the label."""
+        return {"shadow": self.name, "kwargsrepr": self.kwargsrepr, "argsrepr": "()"}
+
+
+def job_label(
+    run_id: str,
+    slot: int | str,
+    description: str = "",
+    *,
+    task: str = TOOL_TASK,
+    tool: str | None = None,
+    agent: str | None = None,
+    **fields: Any,
+) -> JobLabel:
+    """The one naming rule of every fleet job (fan-out branches, direct calls, workflow steps, and
+    any other job kind that comes later — e.g. an agent's child run names its ``agent``).
+
+    ``name`` reads ``<task>:<title> [<run_id>:<slot>]``: the title is what a person recognises — the
+    branch's description (a verify plan's ``kind: id``, a workflow's ``step <id>: <tool>``), prefixed
+    with the agent for an agent's child run, or the tool when there is no description — and the
+    bracket ties the job to its run (the parent run of a fan-out) and its branch index or step id.
+    ``kwargsrepr`` carries the same facts as JSON: ``run_id``, ``branch_index`` (an int slot) or
+    ``step_id`` (a string slot), ``description``, ``tool``, ``agent`` and any extra ``fields``
+    (e.g. ``parent_run_id``); long values are cut, ``None`` values dropped.
+    """
+    head = description.strip() or tool or task
+    if agent:
+        head = f"{agent}: {head}"
+    title = " ".join(head.split())
+    if len(title) > MAX_TITLE_CHARS:
+        title = title[: MAX_TITLE_CHARS - 1] + "…"
+    slot_text = str(slot)[:MAX_LABEL_VALUE_CHARS]
+    label: dict[str, Any] = {"run_id": run_id}
+    if isinstance(slot, int):
+        label["branch_index"] = slot
+    else:
+        label["step_id"] = slot_text
+    label.update({"description": description, "tool": tool, "agent": agent, **fields})
+    clean = {
+        k: (v[:MAX_LABEL_VALUE_CHARS] if isinstance(v, str) else v) for k, v in label.items() if v is not None
+    }
+    return JobLabel(
+        f"{task}:{title} [{run_id}:{slot_text}]", json.dumps(clean, ensure_ascii=False, default=str)
+    )

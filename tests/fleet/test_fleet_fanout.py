@@ -138,3 +138,40 @@ def test_f5_status_lists_workers_queue_and_the_running_run(
     active = [job for w in status["workers"] for job in w["active"]]
     assert any("status-run-1" in (job["name"] or "") for job in active)
     assert "status-run-1" in text and fleet.queue in text
+
+
+def test_f5_failed_jobs_end_failure_in_celery_and_both_fan_ins_keep_the_typed_result(
+    fleet: FleetEnv, shared_workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    """Issue 13 item 3: a job whose tool failed is recorded by Celery as FAILURE (a passing one SUCCESS),
+    after its result was published — the list fan-in and the result-backend fan-in (``wait="poll"``)
+    both still get the typed ``ToolResult``, not a generic worker error."""
+    from workers.app import make_app
+
+    branches = [Branch("read", {"file_path": "missing.txt"}, "missing"), Branch("ls", {"path": ""}, "list")]
+    policy = FanOutPolicy(allow_partial_failure=True, timeout_ms=60_000)
+    outcomes = {}
+    with Agent(fleet.settings()) as agent:
+        session = agent.session(tmp_path)
+        outcomes["list"] = session.fan_out(branches, allow_partial_failure=True, timeout_ms=60_000).outcomes
+        poller = CeleryRunner(
+            agent.fleet_app(), session.snapshot, fleet.settings(), session_id=session.id, wait="poll"
+        )
+        try:
+            outcomes["poll"] = agent.loop.run(fan_out(poller, "poll-run-1", branches, policy)).outcomes
+        finally:
+            agent.loop.run(poller.aclose(), timeout=10)
+    app = make_app(fleet.settings())
+    try:
+        for mode, (missing, listing) in outcomes.items():
+            assert missing.result is not None and listing.result is not None, mode
+            assert (missing.status, (missing.result.error_kind or {}).get("type")) == ("failed", "not_found")
+            assert listing.status == "succeeded", mode
+            if mode == "poll":  # only this fan-in stores Celery results: the state is in the backend
+                states = [
+                    app.AsyncResult(o.result.metadata["a3s_fleet"]["task_id"]).state
+                    for o in (missing, listing)
+                ]
+                assert states == ["FAILURE", "SUCCESS"]
+    finally:
+        app.close()
