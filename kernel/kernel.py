@@ -329,7 +329,8 @@ class Kernel:
         if self.options.enforce_skill_tool_restrictions and inv.name not in SKILL_TOOL_NAMES:
             self._active_skill_gate(inv, spec, params, label)
         subjects = self._subjects(spec, params) if self.policy.rules_for(inv.name) else None
-        decision = self.policy.decide(inv.name, subjects)
+        read_only = self.policy.allow_read_only and spec.capabilities(params).read_only
+        decision = self.policy.decide(inv.name, subjects, read_only=read_only)
         if isinstance(decision, Deny):
             self._deny(inv, label, "permission_policy", f"Permission denied: {decision.reason}.")
         needs_confirmation = isinstance(decision, Ask) or spec.requires_confirmation(params)

@@ -13,6 +13,11 @@ allow, unmatched = ask). A subject may hold *unknown* parts (a shell expansion):
 matches when it could match some text the subject stands for, an allow rule only when it matches
 every such text; an ``OPAQUE`` subject therefore matches every deny rule and no allow rule.
 ``decide`` is a pure function of (tool, subjects, policy).
+
+``allow_read_only=True`` also allows, where no deny or ask rule matched, every call whose declared
+capabilities for *its* arguments are read-only (``read``, ``ls``, ``search`` modes that read,
+read-only ``git`` subcommands, trusted read-only MCP tools…): ``a3s-fleet run``'s default
+policy. It is data, so it travels in snapshots and a worker enforces it like any rule.
 """
 
 from __future__ import annotations
@@ -104,14 +109,16 @@ class PermissionPolicy:
     allow: tuple[str, ...] = ()
     ask: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
+    allow_read_only: bool = False
     _compiled: tuple[tuple[Rule, ...], tuple[Rule, ...], tuple[Rule, ...]] = field(
         init=False, repr=False, compare=False
     )
 
-    def __init__(self, allow: Any = (), ask: Any = (), deny: Any = ()) -> None:
+    def __init__(self, allow: Any = (), ask: Any = (), deny: Any = (), allow_read_only: bool = False) -> None:
         object.__setattr__(self, "allow", tuple(allow))
         object.__setattr__(self, "ask", tuple(ask))
         object.__setattr__(self, "deny", tuple(deny))
+        object.__setattr__(self, "allow_read_only", allow_read_only is True)
         compiled = tuple(tuple(Rule.parse(r) for r in rules) for rules in (self.deny, self.ask, self.allow))
         object.__setattr__(self, "_compiled", compiled)
 
@@ -119,8 +126,9 @@ class PermissionPolicy:
         """Does any rule (of any kind) apply to ``tool``? (Callers may skip computing subjects.)"""
         return any(r.applies_to(tool) for rules in self._compiled for r in rules)
 
-    def decide(self, tool: str, subjects: Subjects) -> Decision:
-        """Deny if any subject is denied, ask if any asks, allow only when every one is allowed."""
+    def decide(self, tool: str, subjects: Subjects, *, read_only: bool = False) -> Decision:
+        """Deny if any subject is denied, ask if any asks, allow only when every one is allowed
+        (or, with ``allow_read_only``, when the call is ``read_only``)."""
         subs = _as_subjects(subjects)
         deny, ask, allow = (tuple(r for r in rules if r.applies_to(tool)) for rules in self._compiled)
         for rule in deny:
@@ -129,6 +137,8 @@ class PermissionPolicy:
         for rule in ask:
             if any(rule.may_match(s) for s in subs):
                 return Ask(f"permission rule {rule.text} asks for confirmation")
+        if read_only and self.allow_read_only:
+            return Allow("read-only call")
         used: list[str] = []
         for s in subs:
             found = next((r for r in allow if r.covers(s)), None)
@@ -138,16 +148,24 @@ class PermissionPolicy:
                 used.append(found.text)
         return Allow(f"allowed by {', '.join(used)}")
 
-    def to_json(self) -> dict[str, list[str]]:
-        return {"allow": list(self.allow), "ask": list(self.ask), "deny": list(self.deny)}
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"allow": list(self.allow), "ask": list(self.ask), "deny": list(self.deny)}
+        if self.allow_read_only:
+            data["allow_read_only"] = True
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> PermissionPolicy:
         data = data or {}
-        unknown = set(data) - {"allow", "ask", "deny"}
+        unknown = set(data) - {"allow", "ask", "deny", "allow_read_only"}
         if unknown:
             raise InvalidArgument(f"unknown permission policy keys: {sorted(unknown)}")
-        return cls(allow=data.get("allow", ()), ask=data.get("ask", ()), deny=data.get("deny", ()))
+        return cls(
+            allow=data.get("allow", ()),
+            ask=data.get("ask", ()),
+            deny=data.get("deny", ()),
+            allow_read_only=data.get("allow_read_only") is True,
+        )
 
 
 def _as_subjects(value: Subjects) -> list[Subject | None]:

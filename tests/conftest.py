@@ -1,4 +1,5 @@
-"""Shared fixtures: an embedded ``Agent`` per test module, a small workspace tree, and a private Redis.
+"""Shared fixtures: an embedded ``Agent`` per test module, a small workspace tree, a private Redis, and
+a real llama.cpp server (``llama_server``, see ``tests/llama_server.py``).
 
 ``redis_urls`` starts one ``redis-server`` on a free loopback port for the whole test session (see
 ``tests/redis_server.py``): no test touches a Redis it did not start, unless ``A3S_TEST_REDIS_URL``
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator import Agent
+from tests.llama_server import LlamaServer
+from tests.llama_server import missing as llama_missing
 from tests.redis_server import RedisServer, check_given_url, free_port, given_url, redis_server_available
 
 
@@ -48,5 +51,20 @@ def redis_urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[i
     server = RedisServer(free_port(), tmp_path_factory.mktemp("redis")).start()
     try:
         yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """A real OpenAI-compatible server (llama.cpp + SmolLM2-135M) on a free loopback port, for the whole
+    test session; killed at the end. Missing packages fail the test: scripts/setup installs them."""
+    problem = llama_missing()
+    if problem:
+        pytest.fail(problem, pytrace=False)
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    server = LlamaServer(free_port(), log).start()
+    try:
+        yield server
     finally:
         server.stop()
