@@ -19,6 +19,7 @@ The tree::
     ├── PathOutsideWorkspace       path_outside_workspace{path}
     ├── RecursionLimit             recursion_limit{tool, depth}
     ├── RetrievalRequirementsNotMet retrieval_requirements_not_met{…}
+    ├── ProviderError              provider_error{status}  (a model API refused a request: 4xx other than 408/429)
     └── InternalError              internal_error{exception, errno}  (a tool raised something untyped)
 
 Messages and string fields are bounded where an error is built (``MAX_ERROR_FIELD_BYTES``, UTF-8
@@ -191,6 +192,16 @@ class RetrievalRequirementsNotMet(ToolError):
     fields = ()
 
 
+class ProviderError(ToolError):
+    """A model API answered with a status that is neither retryable nor throttling (400, 401, 404…).
+
+    Classified from the typed status only, never from the body (SPEC A-3, REFERENCE 4.14).
+    """
+
+    kind = "provider_error"
+    fields = ("status",)
+
+
 class InternalError(ToolError):
     """A tool (or hook) raised an exception that is not a ``ToolError``: a bug or an unmapped failure.
 
@@ -222,6 +233,7 @@ ERROR_KINDS: dict[str, type[ToolError]] = {
         PathOutsideWorkspace,
         RecursionLimit,
         RetrievalRequirementsNotMet,
+        ProviderError,
         InternalError,
     )
 }

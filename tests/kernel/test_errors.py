@@ -20,6 +20,7 @@ PINNED = [
     "partial_failure",
     "path_outside_workspace",
     "permission_denied",
+    "provider_error",
     "rate_limited",
     "recursion_limit",
     "retrieval_requirements_not_met",

@@ -1,0 +1,232 @@
+"""``anthropic:NAME`` — the Messages API through the official SDK (SPEC G-6).
+
+Endpoint and key from this process's ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY``. The neutral
+conversation maps onto Messages like this: the system prompt is the top-level ``system``; an
+assistant turn is ``text`` + ``tool_use`` blocks; consecutive tool results (and a user message that
+follows them) become one ``user`` turn of ``tool_result`` blocks, since the API wants user and
+assistant turns to alternate. Usage is normalised to OpenAI's convention: ``prompt_tokens`` =
+``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``; ``cached_tokens`` =
+cache reads. ``max_tokens`` is mandatory on this API: ``DEFAULT_MAX_TOKENS`` unless the request says.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import anthropic
+import httpx2
+
+from flows.providers.base import ClientsPerLoop, before_deadline, drain, seconds_left
+from flows.providers.errors import (
+    body_detail,
+    body_error_type,
+    status_error,
+    stream_error,
+    timeout_error,
+    transport_error,
+)
+from flows.providers.merge import ToolCallAccumulator
+from flows.providers.types import (
+    Completion,
+    Message,
+    ModelRequest,
+    ProviderFeatures,
+    StreamItem,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
+
+DEFAULT_MAX_TOKENS = 4096
+DEFAULT_BASE_URL = "https://api.anthropic.com"  # explicit: the SDK would otherwise read os.environ itself
+PLACEHOLDER_KEY = "unused"
+# No native JSON mode here: generate_object's json/strict modes fall back to a forced tool (G-3).
+FEATURES = ProviderFeatures(tool_choice=True, json_mode=False, strict_schema=False)
+STOP_REASONS = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length", "stop_sequence": "stop"}
+
+
+class AnthropicMessagesProvider:
+    features = FEATURES
+
+    def __init__(self, model: str, env: Mapping[str, str]) -> None:
+        self.model = model
+        self.name = f"anthropic:{model}"
+        # Only these two variables are kept; nothing else of the environment is read.
+        self._env = {k: env.get(k) or "" for k in ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY")}
+        self._clients = ClientsPerLoop(self._new_client)
+
+    def _new_client(self) -> Any:
+        return anthropic.AsyncAnthropic(
+            api_key=self._env["ANTHROPIC_API_KEY"] or PLACEHOLDER_KEY,
+            base_url=self._env["ANTHROPIC_BASE_URL"] or DEFAULT_BASE_URL,
+            max_retries=0,  # the agent loop owns retries (bounded, visible in events)
+        )
+
+    async def complete(self, request: ModelRequest) -> Completion:
+        return await drain(self.stream(request))
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        started = time.monotonic()
+        params = self._params(request)
+        try:
+            response = await before_deadline(
+                self._clients.get().messages.create(
+                    **params, stream=request.stream, timeout=seconds_left(request.deadline, started)
+                ),
+                request.deadline,
+                started,
+            )
+            if not request.stream:
+                completion = _completion(response)
+                if completion.message.content:
+                    yield TextDelta(completion.message.content)
+                yield completion
+                return
+            async for item in _read_stream(response, request.deadline, started):
+                yield item
+        except anthropic.APIStatusError as exc:
+            if exc.status_code == 200:  # an `error` event inside the stream: its typed `type` decides
+                raise stream_error(body_error_type(exc.body), body_detail(exc.body)) from None
+            raise status_error(exc.status_code, exc.response.headers, body_detail(exc.body)) from None
+        except anthropic.APITimeoutError:
+            raise timeout_error(started) from None
+        except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
+            raise transport_error(exc) from None
+
+    def _params(self, request: ModelRequest) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": wire_messages(request.messages),
+            "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
+        }
+        if request.system:
+            params["system"] = request.system
+        if request.tools:
+            params["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.parameters}
+                for t in request.tools
+            ]
+        choice = request.tool_choice
+        if choice is not None and request.tools:
+            if isinstance(choice, dict):
+                params["tool_choice"] = {"type": "tool", "name": choice["name"]}
+            else:
+                params["tool_choice"] = {"type": {"required": "any"}.get(choice, choice)}
+        if request.temperature is not None:
+            params["temperature"] = request.temperature
+        return params
+
+
+def _input(arguments: str) -> dict[str, Any]:
+    """``tool_use.input`` must be an object; a call whose text was not one (it failed in the kernel
+    and the model saw why) is replayed as its raw text under ``_raw``."""
+    try:
+        value = json.loads(arguments or "{}")
+    except ValueError:
+        return {"_raw": arguments}
+    return value if isinstance(value, dict) else {"_raw": arguments}
+
+
+def wire_messages(messages: list[Message]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "assistant":
+            blocks: list[dict[str, Any]] = []
+            if m.content:
+                blocks.append({"type": "text", "text": m.content})
+            blocks.extend(
+                {"type": "tool_use", "id": c.id, "name": c.name, "input": _input(c.arguments)}
+                for c in m.tool_calls
+            )
+            out.append({"role": "assistant", "content": blocks or [{"type": "text", "text": ""}]})
+            continue
+        if m.role == "tool":
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": m.tool_call_id,
+                "content": m.content,
+            }
+        else:
+            block = {"type": "text", "text": m.content}
+        if out and out[-1]["role"] == "user":
+            out[-1]["content"].append(block)  # keep user/assistant alternation
+        else:
+            out.append({"role": "user", "content": [block]})
+    return out
+
+
+def _usage(raw: Any, base: Usage | None = None) -> Usage:
+    if raw is None:
+        return base or Usage()
+    read = int(getattr(raw, "cache_read_input_tokens", None) or 0)
+    write = int(getattr(raw, "cache_creation_input_tokens", None) or 0)
+    fresh = getattr(raw, "input_tokens", None)
+    prompt = (int(fresh) + read + write) if fresh is not None else (base.prompt_tokens if base else 0)
+    return Usage(prompt, int(getattr(raw, "output_tokens", None) or 0), read, write)
+
+
+def _completion(response: Any) -> Completion:
+    text: list[str] = []
+    calls: list[ToolCall] = []
+    for block in response.content or ():
+        if block.type == "text":
+            text.append(block.text)
+        elif block.type == "tool_use":
+            calls.append(ToolCall(block.id, block.name, json.dumps(block.input, ensure_ascii=False)))
+    stop = STOP_REASONS.get(response.stop_reason or "", response.stop_reason or "stop")
+    return Completion(Message("assistant", "".join(text), tuple(calls)), _usage(response.usage), stop)
+
+
+async def _read_stream(events: Any, deadline: float | None, started: float) -> AsyncIterator[StreamItem]:
+    text: list[str] = []
+    calls = ToolCallAccumulator()
+    usage = Usage()
+    stop = ""
+    iterator = events.__aiter__()
+    try:
+        while True:
+            try:
+                event = await before_deadline(iterator.__anext__(), deadline, started)
+            except StopAsyncIteration:
+                break
+            kind = event.type
+            if kind == "message_start":
+                usage = _usage(event.message.usage)
+            elif kind == "content_block_start":
+                block = event.content_block
+                if block.type == "tool_use":
+                    piece = ToolCallDelta(event.index, block.id, block.name, "")
+                    calls.add(piece)
+                    yield piece
+                elif block.type == "text" and block.text:
+                    text.append(block.text)
+                    yield TextDelta(block.text)
+            elif kind == "content_block_delta":
+                delta = event.delta
+                if delta.type == "text_delta":
+                    text.append(delta.text)
+                    yield TextDelta(delta.text)
+                elif delta.type == "input_json_delta":
+                    piece = ToolCallDelta(event.index, None, None, delta.partial_json)
+                    calls.add(piece)
+                    yield piece
+            elif kind == "message_delta":
+                late = _usage(event.usage, usage)  # output tokens are cumulative here
+                usage = Usage(
+                    late.prompt_tokens or usage.prompt_tokens,
+                    late.completion_tokens,
+                    late.cached_tokens or usage.cached_tokens,
+                    late.cache_write_tokens or usage.cache_write_tokens,
+                )
+                if event.delta.stop_reason:
+                    stop = STOP_REASONS.get(event.delta.stop_reason, event.delta.stop_reason)
+    finally:
+        await events.close()
+    merged = calls.calls("toolu")
+    yield Completion(
+        Message("assistant", "".join(text), merged), usage, stop or ("tool_calls" if merged else "stop")
+    )

@@ -1,0 +1,124 @@
+"""Model API failures → typed kernel errors, from the status only (SPEC A-3; REFERENCE 4.14, W-6).
+
+=========================================================  ==========================================
+what happened                                              kind
+=========================================================  ==========================================
+HTTP 429                                                   ``rate_limited{retry_after_ms}`` (from
+                                                           ``retry-after-ms`` / ``Retry-After``)
+HTTP 408, HTTP 5xx, connection refused/reset/closed        ``transport{op: "model"}``
+the request's deadline passed (SDK timeout included)       ``timeout{op: "model", duration_ms}``
+the caller cancelled                                       ``cancelled{op: "model"}`` (by the loop)
+another HTTP status (400, 401, 403, 404, 422…)             ``provider_error{status}``
+an error event inside a 200 stream                         by its typed ``error.type`` field
+                                                           (``rate_limit_error`` → rate_limited;
+                                                           ``overloaded_error``/``api_error`` →
+                                                           transport; else provider_error)
+=========================================================  ==========================================
+
+The response body is never read to decide the kind (a page *saying* "429" stays what its status
+says); it only contributes a bounded, human-readable detail to the message. Messages never quote
+the endpoint URL or any header value: errors travel in events and snapshots.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from kernel.errors import ProviderError, RateLimited, Timeout, ToolError, Transport, bound_text
+
+OP = "model"
+MAX_DETAIL_CHARS = 300
+MAX_RETRY_AFTER_MS = 24 * 3600 * 1000
+
+
+def retry_after_ms(headers: Mapping[str, str] | None, now: float | None = None) -> int | None:
+    """Milliseconds a 429 asks us to wait: ``retry-after-ms``, else ``Retry-After`` (seconds or an
+    HTTP date); None when absent or unparseable. Capped at a day."""
+    if not headers:
+        return None
+    lowered = {str(k).lower(): str(v) for k, v in headers.items()}
+    raw_ms = lowered.get("retry-after-ms")
+    if raw_ms is not None:
+        try:
+            return _cap(float(raw_ms))
+        except ValueError:
+            pass
+    raw = lowered.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        return _cap(float(raw) * 1000)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return _cap((when.timestamp() - (now if now is not None else time.time())) * 1000)
+
+
+def _cap(ms: float) -> int | None:
+    if ms != ms:  # NaN
+        return None
+    return int(min(max(ms, 0.0), MAX_RETRY_AFTER_MS))
+
+
+def status_error(status: int, headers: Mapping[str, str] | None, detail: str = "") -> ToolError:
+    """The typed error for an HTTP status a model API answered with."""
+    suffix = f": {bound_text(detail, MAX_DETAIL_CHARS)}" if detail else ""
+    if status == 429:
+        wait = retry_after_ms(headers)
+        hint = f" (retry after {wait} ms)" if wait is not None else ""
+        return RateLimited(
+            f"model API rate limited the request (HTTP 429){hint}{suffix}", retry_after_ms=wait
+        )
+    if status == 408 or status >= 500:
+        return Transport(f"model API failed (HTTP {status}){suffix}", op=OP)
+    return ProviderError(f"model API refused the request (HTTP {status}){suffix}", status=status)
+
+
+def stream_error(error_type: str | None, detail: str = "") -> ToolError:
+    """An error event inside a successful (200) stream, by its typed ``type`` field."""
+    suffix = f": {bound_text(detail, MAX_DETAIL_CHARS)}" if detail else ""
+    if error_type == "rate_limit_error":
+        return RateLimited(f"model API rate limited the stream{suffix}", retry_after_ms=None)
+    if error_type in ("overloaded_error", "api_error", "server_error", None):
+        return Transport(f"model API failed mid-stream ({error_type or 'error event'}){suffix}", op=OP)
+    return ProviderError(f"model API error mid-stream ({error_type}){suffix}", status=200)
+
+
+def timeout_error(started: float) -> Timeout:
+    duration_ms = int((time.monotonic() - started) * 1000)
+    return Timeout(f"model request timed out after {duration_ms}ms", op=OP, duration_ms=duration_ms)
+
+
+def transport_error(exc: BaseException) -> Transport:
+    return Transport(f"model API connection failed ({type(exc).__name__})", op=OP)
+
+
+def body_detail(body: Any) -> str:
+    """A short human-readable message from an API error body (for the message only)."""
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict):
+            msg = err.get("message")
+            if isinstance(msg, str):
+                return msg
+        elif isinstance(err, str):
+            return err
+    if isinstance(body, str):
+        return body
+    return ""
+
+
+def body_error_type(body: Any) -> str | None:
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict) and isinstance(err.get("type"), str):
+            return str(err["type"])
+    return None

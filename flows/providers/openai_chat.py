@@ -1,0 +1,231 @@
+"""``openai:NAME`` — any OpenAI-compatible chat-completions server through the official SDK (SPEC G-6).
+
+The hosted API, vLLM, llama.cpp's server and Ollama all speak this wire format. Endpoint and key come
+from the environment of the process making the call (``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``, the
+SDK's own variables); a local server without a key gets a placeholder, since the SDK insists on one.
+
+Streaming asks for ``stream_options.include_usage`` so the usage arrives in the last chunk (with an
+empty ``choices`` list); tool-call pieces are merged by index (``merge.py``, #139).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx2
+import openai
+
+from flows.providers.base import ClientsPerLoop, before_deadline, drain, seconds_left
+from flows.providers.errors import (
+    body_detail,
+    body_error_type,
+    status_error,
+    stream_error,
+    timeout_error,
+    transport_error,
+)
+from flows.providers.merge import ToolCallAccumulator
+from flows.providers.types import (
+    Completion,
+    Message,
+    ModelRequest,
+    ProviderFeatures,
+    StreamItem,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"  # explicit: the SDK would otherwise read os.environ itself
+PLACEHOLDER_KEY = "unused"  # local servers need no key, the SDK requires a string
+FEATURES = ProviderFeatures(tool_choice=True, json_mode=True, strict_schema=True)
+
+
+class OpenAIChatProvider:
+    features = FEATURES
+
+    def __init__(self, model: str, env: Mapping[str, str]) -> None:
+        self.model = model
+        self.name = f"openai:{model}"
+        # Only these two variables are kept; nothing else of the environment is read.
+        self._env = {k: env.get(k) or "" for k in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
+        self._clients = ClientsPerLoop(self._new_client)
+
+    def _new_client(self) -> Any:
+        return openai.AsyncOpenAI(
+            api_key=self._env["OPENAI_API_KEY"] or PLACEHOLDER_KEY,
+            base_url=self._env["OPENAI_BASE_URL"] or DEFAULT_BASE_URL,
+            max_retries=0,  # the agent loop owns retries (bounded, visible in events)
+        )
+
+    async def complete(self, request: ModelRequest) -> Completion:
+        return await drain(self.stream(request))
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        started = time.monotonic()
+        params = self._params(request)
+        try:
+            if not request.stream:
+                response = await before_deadline(
+                    self._clients.get().chat.completions.create(
+                        **params, timeout=seconds_left(request.deadline, started)
+                    ),
+                    request.deadline,
+                    started,
+                )
+                completion = _completion(response)
+                if completion.message.content:
+                    yield TextDelta(completion.message.content)
+                yield completion
+                return
+            chunks = await before_deadline(
+                self._clients.get().chat.completions.create(
+                    **params,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                    timeout=seconds_left(request.deadline, started),
+                ),
+                request.deadline,
+                started,
+            )
+            async for item in _read_stream(chunks, request.deadline, started):
+                yield item
+        except openai.APIStatusError as exc:
+            raise _status_error(exc) from None
+        except openai.APITimeoutError:
+            raise timeout_error(started) from None
+        except (openai.APIConnectionError, httpx2.TransportError) as exc:
+            raise transport_error(exc) from None
+        except openai.APIError as exc:  # an error object inside a 200 stream
+            raise stream_error(body_error_type(exc.body), body_detail(exc.body)) from None
+
+    def _params(self, request: ModelRequest) -> dict[str, Any]:
+        params: dict[str, Any] = {"model": self.model, "messages": wire_messages(request)}
+        if request.tools:
+            params["tools"] = [
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                }
+                for t in request.tools
+            ]
+        if request.tool_choice is not None:
+            choice = request.tool_choice
+            params["tool_choice"] = (
+                {"type": "function", "function": {"name": choice["name"]}}
+                if isinstance(choice, dict)
+                else choice
+            )
+        fmt = request.response_format
+        if fmt is not None:
+            if fmt.get("type") == "json_schema":
+                params["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {
+                        "name": fmt["name"],
+                        "schema": fmt["schema"],
+                        "strict": bool(fmt.get("strict", True)),
+                    },
+                }
+            else:
+                params["response_format"] = {"type": "json_object"}
+        if request.max_tokens is not None:
+            params["max_tokens"] = request.max_tokens
+        if request.temperature is not None:
+            params["temperature"] = request.temperature
+        return params
+
+
+def wire_messages(request: ModelRequest) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if request.system:
+        out.append({"role": "system", "content": request.system})
+    for m in request.messages:
+        if m.role == "tool":
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
+        elif m.role == "assistant" and m.tool_calls:
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": m.content or None,
+                    "tool_calls": [
+                        {
+                            "id": c.id,
+                            "type": "function",
+                            "function": {"name": c.name, "arguments": c.arguments or "{}"},
+                        }
+                        for c in m.tool_calls
+                    ],
+                }
+            )
+        else:
+            out.append({"role": m.role, "content": m.content})
+    return out
+
+
+def _status_error(exc: openai.APIStatusError) -> Exception:
+    return status_error(exc.status_code, exc.response.headers, body_detail(exc.body))
+
+
+def _usage(raw: Any) -> Usage:
+    if raw is None:
+        return Usage()
+    details = getattr(raw, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) if details is not None else None
+    return Usage(int(raw.prompt_tokens or 0), int(raw.completion_tokens or 0), int(cached or 0))
+
+
+def _completion(response: Any) -> Completion:
+    choice = response.choices[0] if response.choices else None
+    msg = choice.message if choice is not None else None
+    calls = tuple(
+        ToolCall(c.id or f"call_{i}", c.function.name or "", c.function.arguments or "")
+        for i, c in enumerate((msg.tool_calls if msg is not None else None) or ())
+        if getattr(c, "function", None) is not None
+    )
+    content = (msg.content if msg is not None else None) or ""
+    stop = (choice.finish_reason if choice is not None else None) or ("tool_calls" if calls else "stop")
+    return Completion(Message("assistant", content, calls), _usage(response.usage), stop)
+
+
+async def _read_stream(chunks: Any, deadline: float | None, started: float) -> AsyncIterator[StreamItem]:
+    text: list[str] = []
+    calls = ToolCallAccumulator()
+    usage = Usage()
+    stop = ""
+    iterator = chunks.__aiter__()
+    try:
+        while True:
+            try:
+                chunk = await before_deadline(iterator.__anext__(), deadline, started)
+            except StopAsyncIteration:
+                break
+            if chunk.usage is not None:
+                usage = _usage(chunk.usage)
+            for choice in chunk.choices or ():
+                delta = choice.delta
+                if delta is not None:
+                    if delta.content:
+                        text.append(delta.content)
+                        yield TextDelta(delta.content)
+                    for tc in delta.tool_calls or ():
+                        fn = tc.function
+                        piece = ToolCallDelta(
+                            int(tc.index or 0),
+                            tc.id,
+                            fn.name if fn is not None else None,
+                            (fn.arguments if fn is not None else None) or "",
+                        )
+                        calls.add(piece)
+                        yield piece
+                if choice.finish_reason:
+                    stop = choice.finish_reason
+    finally:
+        await chunks.close()
+    merged = calls.calls()
+    yield Completion(
+        Message("assistant", "".join(text), merged), usage, stop or ("tool_calls" if merged else "stop")
+    )
