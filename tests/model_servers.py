@@ -97,7 +97,10 @@ class _ScriptedServer(abc.ABC):
                 pass
 
             def do_POST(self) -> None:
-                owner._handle(self)
+                try:
+                    owner._handle(self)
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True  # the client gave up (a deadline, a cancel): fine
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

@@ -117,8 +117,12 @@ def body_detail(body: Any) -> str:
 
 
 def body_error_type(body: Any) -> str | None:
+    """The typed ``type`` of a stream error: ``{"error": {"type"}}`` (Anthropic) or the inner error
+    object itself (what the OpenAI SDK hands over)."""
     if isinstance(body, dict):
         err = body.get("error")
         if isinstance(err, dict) and isinstance(err.get("type"), str):
             return str(err["type"])
+        if isinstance(body.get("type"), str) and body["type"] != "error":
+            return str(body["type"])
     return None
