@@ -28,6 +28,10 @@ class Settings(BaseSettings):
     # Agent builds, on the orchestrator and on workers alike (plugins, test and bench tools).
     extra_tools: str = ""
     log_level: str = "WARNING"
+    # The default agent model (A3S_MODEL), `provider:model`: openai:NAME, anthropic:NAME or
+    # scripted:FILE. Its endpoint and key are the SDKs' own variables (OPENAI_BASE_URL/OPENAI_API_KEY,
+    # ANTHROPIC_BASE_URL/ANTHROPIC_API_KEY), read by the process that calls the model (docs/agent.md).
+    model: str | None = None
     # MCP servers every session gets (A3S_MCP_CONFIG: a .mcp.json-shaped file); on a worker, the only
     # servers it will start. A3S_MCP_WORKSPACE_CONFIG=1 also reads each workspace's .mcp.json
     # (it starts programs: only where every workspace is trusted). docs/mcp-and-skills.md.

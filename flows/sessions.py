@@ -28,8 +28,10 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from flows.agent.conversation import MODEL_STATE_KEY, Conversation
 from flows.integrations import McpSource, attach_integrations
 from flows.loop import LoopThread
+from flows.providers import parse_model_name
 from flows.snapshot import build_snapshot, check_snapshot
 from flows.workflow.tool import workflow_tool
 from kernel.artifacts import ArtifactStore, MemoryArtifactStore
@@ -107,24 +109,50 @@ def _artifact_store(workspace: Workspace, options: SessionOptions) -> ArtifactSt
 
 
 class SessionCore:
-    """One session's kernel, event log and loop; ``close()`` cancels its running calls (K-6)."""
+    """One session's kernel, event log and loop; ``close()`` cancels its running calls (K-6).
+
+    It also holds the agent conversation (``flows.agent``): the messages, and the model *name*
+    (``model``, kept in session state so model-backed tools on any process see it); both travel in
+    the snapshot. ``agent_lock`` lets one agent run at a time use the conversation."""
 
     def __init__(
-        self, kernel: Kernel, memory: MemoryEventSink, workspace_name: str, loop: LoopThread
+        self,
+        kernel: Kernel,
+        memory: MemoryEventSink,
+        workspace_name: str,
+        loop: LoopThread,
+        conversation: Conversation | None = None,
     ) -> None:
         self.kernel = kernel
         self.memory = memory
         self.workspace_name = workspace_name
         self.loop = loop
         self.closed = False
+        self.conversation = conversation or Conversation()
+        self.agent_lock = asyncio.Lock()
         self._closers: list[Callable[[], None]] = []
 
     @property
     def id(self) -> str:
         return self.kernel.session_id
 
+    @property
+    def model(self) -> str | None:
+        name = self.kernel.session_state.get(MODEL_STATE_KEY)
+        return name if isinstance(name, str) and name else None
+
+    @model.setter
+    def model(self, name: str | None) -> None:
+        if name:
+            parse_model_name(name)  # a bad name fails here, before any request
+            self.kernel.session_state[MODEL_STATE_KEY] = name
+        else:
+            self.kernel.session_state.pop(MODEL_STATE_KEY, None)
+
     def snapshot(self) -> dict[str, Any]:
-        return build_snapshot(self.kernel, self.workspace_name)
+        snap = build_snapshot(self.kernel, self.workspace_name)
+        snap["conversation"] = self.conversation.to_json(self.model)  # a model name, never an endpoint
+        return snap
 
     def on_close(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` when the session closes (after running calls were cancelled)."""
@@ -266,12 +294,19 @@ class SessionFactory:
             raise InvalidArgument(
                 "resume was given a tool_result_transform_policy different from the one pinned in the snapshot"
             )
-        return self.build(
+        conversation = Conversation.from_json(snapshot.get("conversation"))
+        state = dict(snapshot.get("session_state") or {})
+        model = (snapshot.get("conversation") or {}).get("model")
+        if isinstance(model, str) and model:
+            state.setdefault(MODEL_STATE_KEY, model)
+        core = self.build(
             snapshot["workspace"],
             options,
             session_id=snapshot["session_id"],
             sinks=sinks,
-            session_state=dict(snapshot.get("session_state") or {}),
+            session_state=state,
             budget_used=snapshot.get("budget_used"),
             started_ms=snapshot.get("created_ms"),
         )
+        core.conversation = conversation
+        return core

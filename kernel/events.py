@@ -4,13 +4,19 @@ Types: ``tool_start``, ``tool_output_delta``, ``tool_error``, ``tool_end``, ``pe
 ``budget_threshold``, ``confirmation_request``. Each carries the call id, parent call id, tool,
 origin label and a timestamp; per call they are emitted in order. ``EventSink`` is the only way out:
 in memory here, a Redis Stream in the fleet (``workers/``).
+
+The agent loop (``flows/agent``) adds run-level events with ``call_id`` = the run id, ``tool`` = ""
+and origin ``agent``: ``run_start``, ``model_request``, ``text_delta``, ``model_retry``,
+``model_response``, ``run_end`` (``AGENT_EVENT_TYPES``). ``MemoryEventSink.subscribe`` lets a
+caller watch events as they are logged (``session.stream``).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,6 +29,8 @@ EVENT_TYPES = (
     "budget_threshold",
     "confirmation_request",
 )
+log = logging.getLogger(__name__)
+AGENT_EVENT_TYPES = ("run_start", "model_request", "text_delta", "model_retry", "model_response", "run_end")
 
 
 @dataclass(slots=True)
@@ -73,12 +81,31 @@ class MemoryEventSink:
         self._events: deque[Event] = deque(maxlen=capacity)
         self._lock = threading.Lock()
         self._seq = 0
+        self._listeners: tuple[Callable[[Event], None], ...] = ()
 
     def emit(self, event: Event) -> None:
         with self._lock:
             self._seq += 1
             event.seq = self._seq
             self._events.append(event)
+            listeners = self._listeners
+        for listener in listeners:  # outside the lock: a listener may read the log
+            try:
+                listener(event)
+            except Exception:  # a broken watcher must not break the call that emitted
+                log.exception("event listener failed")
+
+    def subscribe(self, listener: Callable[[Event], None]) -> Callable[[], None]:
+        """Call ``listener(event)`` for every event logged from now on (in the emitting thread, after
+        its ``seq`` is set); returns the function that unsubscribes it."""
+        with self._lock:
+            self._listeners = (*self._listeners, listener)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._listeners = tuple(fn for fn in self._listeners if fn is not listener)
+
+        return unsubscribe
 
     def snapshot(self, after_seq: int = 0) -> list[Event]:
         with self._lock:

@@ -89,6 +89,7 @@ class Invocation:
     depth: int = 0
     stack: tuple[str, ...] = ()
     deadline: float | None = None
+    tags: dict[str, Any] | None = None  # extra tool_start data (the agent loop's model call id, step)
     governed: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -144,14 +145,42 @@ class Kernel:
         plane = ControlPlane.GOVERNED if governed else ControlPlane.TRUSTED
         return await self._top_level(name, args, Origin.HOST_DIRECT, plane)
 
-    async def invoke_agent(self, name: str, args: Any) -> ToolResult:
-        """A model tool call: full policy and confirmation."""
-        return await self._top_level(name, args, Origin.AGENT, None)
+    async def invoke_agent(
+        self,
+        name: str,
+        args: Any,
+        *,
+        call_id: str | None = None,
+        deadline: float | None = None,
+        tags: dict[str, Any] | None = None,
+    ) -> ToolResult:
+        """A model tool call: full policy and confirmation. The agent loop passes the run's
+        ``deadline`` (event-loop time) and ``tags`` that ``tool_start`` carries (model call id, step)."""
+        return await self._top_level(
+            name, args, Origin.AGENT, None, call_id=call_id, deadline=deadline, tags=tags
+        )
 
     async def _top_level(
-        self, name: str, args: Any, origin: Origin, plane: ControlPlane | None
+        self,
+        name: str,
+        args: Any,
+        origin: Origin,
+        plane: ControlPlane | None,
+        *,
+        call_id: str | None = None,
+        deadline: float | None = None,
+        tags: dict[str, Any] | None = None,
     ) -> ToolResult:
-        inv = Invocation(name, args, origin, plane, self.ids("call"), self.registry.scoped())
+        inv = Invocation(
+            name,
+            args,
+            origin,
+            plane,
+            call_id or self.ids("call"),
+            self.registry.scoped(),
+            deadline=deadline,
+            tags=tags,
+        )
         with self.cancel_scope():
             if self._session_slots is None:
                 self._session_slots = asyncio.Semaphore(self.options.max_concurrent_calls)
@@ -256,7 +285,10 @@ class Kernel:
             "started_ms": self.clock.now_ms(),
         }
         shown = _event_args(self.registry.get(inv.name), inv.args)
-        self._emit("tool_start", inv, label, {"args": shown, "depth": inv.depth})
+        start: dict[str, Any] = {"args": shown, "depth": inv.depth}
+        if inv.tags:
+            start.update(inv.tags)
+        self._emit("tool_start", inv, label, start)
         spec: ToolSpec | None = None
         try:
             spec = inv.scope.resolve(inv.name)

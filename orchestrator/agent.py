@@ -24,6 +24,7 @@ from typing import Any
 from config.settings import Settings
 from flows.integrations import McpSource
 from flows.loop import LoopThread
+from flows.providers import parse_model_name
 from flows.sessions import SessionCore, SessionFactory, extra_tools, open_workspace, process_services
 from kernel.clock import RandomIds
 from kernel.options import SessionOptions
@@ -53,8 +54,13 @@ class Agent:
     here, before any thread starts.
     """
 
-    def __init__(self, settings: Settings | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, *, model: str | None = None) -> None:
         self.settings = settings or Settings()
+        # The default model of this agent's sessions: Agent(model=...), else A3S_MODEL. A name only;
+        # endpoints and keys are read from this process's environment when the model is called.
+        self.model = model or self.settings.model
+        if self.model:
+            parse_model_name(self.model)  # a malformed name fails here, not at the first prompt
         mcp = mcp_source(self.settings)  # a broken A3S_MCP_CONFIG fails here, before any thread starts
         self._loop = LoopThread()
         self._factory = SessionFactory(
@@ -96,6 +102,7 @@ class Agent:
         options: SessionOptions | None = None,
         *,
         session_id: str | None = None,
+        model: str | None = None,
     ) -> Session:
         """A new session on ``workspace`` (a directory, ``git:REPO@REV`` or a ``Workspace``).
 
@@ -103,19 +110,27 @@ class Agent:
         ``write``/``edit``/``patch``/``bash``. ``options`` pins the transform policy, permission
         rules, hooks, budget and limits for the session's life. Raises ``ToolError`` (typed) for a
         workspace that cannot be opened or options that are invalid.
+        ``model`` overrides the agent's default model (``Agent(model=)`` / ``A3S_MODEL``).
         """
         sid = session_id or self._factory.ids("session")
         core = self._factory.build(
             workspace, options or SessionOptions(), session_id=sid, sinks=self._sinks(sid)
         )
+        if model or self.model:
+            core.model = model or self.model
         return self._adopt(core)
 
-    def resume(self, snapshot: dict[str, Any], options: SessionOptions | None = None) -> Session:
-        """Rebuild a session from ``session.snapshot()`` (R-5): same id, surface, tool state and
-        pinned transform policy; a different policy in ``options`` is rejected (``InvalidArgument``).
+    def resume(
+        self, snapshot: dict[str, Any], options: SessionOptions | None = None, *, model: str | None = None
+    ) -> Session:
+        """Rebuild a session from ``session.snapshot()`` (R-5): same id, surface, tool state, pinned
+        transform policy and agent conversation (A-2); a different policy in ``options`` is rejected
+        (``InvalidArgument``). Its model is ``model``, else the snapshot's, else the agent's default.
         Callables (hooks, confirmation handler) are code, not snapshot data: pass them again."""
         sid = snapshot.get("session_id") if isinstance(snapshot, dict) else None
         core = self._factory.resume(snapshot, options, sinks=self._sinks(str(sid)) if sid else ())
+        if model or (not core.model and self.model):
+            core.model = model or self.model
         return self._adopt(core)
 
     def _sinks(self, session_id: str) -> list[Any]:

@@ -2,7 +2,7 @@
 
 Every method is a thin door into ``Kernel``: ``tool`` is trusted host-direct, ``governed_tool``
 host-direct through permission + confirmation, ``model_tool_call`` the ``agent`` origin the model
-loop uses. Sync methods run the coroutine on the agent's event-loop thread and wait; ``*_async``
+loop uses; ``send``/``stream`` (``orchestrator.session_agent``) run the agent loop itself. Sync methods run the coroutine on the agent's event-loop thread and wait; ``*_async``
 variants return awaitables usable from any asyncio loop. Direct helpers (``read_file``, ``bash``,
 ``glob``…) take no conversation lease: they are host-privileged operations on the workspace.
 """
@@ -31,6 +31,7 @@ from orchestrator.fanout import (
     ProgressFn,
     fan_out,
 )
+from orchestrator.session_agent import AgentRuns
 
 if TYPE_CHECKING:
     from flows.verify import CommandResult, VerificationReport
@@ -48,7 +49,7 @@ class InvocationRuntime:
         return await self._invoke(name, args)
 
 
-class Session:
+class Session(AgentRuns):
     """One governed tool session on a workspace: made by ``Agent.session`` / ``Agent.resume``, never directly.
 
     Calls (all return a ``ToolResult``; none raises for a failing tool, K-8):
@@ -66,6 +67,9 @@ class Session:
     ``snapshot()`` is what ``Agent.resume`` rebuilds from (R-5). Blocking methods must not be called
     from the agent's own loop thread (a host tool's handler): use the ``*_async`` variants there.
     ``close()`` (or leaving ``with``/``async with``) cancels every running call (K-6).
+
+    The agent loop (``AgentRuns``, A-2): ``send``/``stream``/``asend``/``astream`` run a prompt
+    through the session's model (``model``); ``conversation()`` is what the snapshot keeps.
     """
 
     def __init__(self, core: SessionCore) -> None:

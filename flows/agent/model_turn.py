@@ -1,0 +1,69 @@
+"""One model request of an agent run, with bounded, visible retries (SPEC A-3).
+
+The SDK clients never retry on their own (``max_retries=0``): this is the one place a model request
+is repeated, so every retry is an event (``model_retry{step, attempt, delay_ms, error_kind}``) and
+the bound is ours. Only typed, retryable failures are retried — ``rate_limited`` (waiting what
+``Retry-After`` asked, else exponential backoff) and ``transport`` — never after text was already
+streamed to the client (a retry would show it twice), and never past the run's deadline: a wait
+that would cross it ends the run with the typed failure instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from flows.providers import Completion, ModelRequest, Provider, TextDelta
+from kernel.errors import RateLimited, Transport
+
+MODEL_MAX_RETRIES = 2
+BACKOFF_BASE_MS = 500
+BACKOFF_MAX_MS = 8_000
+
+Emit = Callable[[str, dict[str, Any]], None]
+
+
+def backoff_ms(attempt: int) -> int:
+    return min(BACKOFF_BASE_MS * 2**attempt, BACKOFF_MAX_MS)
+
+
+async def model_turn(
+    provider: Provider,
+    request: ModelRequest,
+    step: int,
+    emit: Emit,
+    *,
+    max_retries: int = MODEL_MAX_RETRIES,
+) -> Completion:
+    """The model's answer to ``request``; raises the typed error when retries cannot help."""
+    loop = asyncio.get_running_loop()
+    attempt = 0
+    while True:
+        emit("model_request", {"step": step, "attempt": attempt})
+        streamed = False
+        try:
+            completion: Completion | None = None
+            async for item in provider.stream(request):
+                if isinstance(item, TextDelta):
+                    if request.stream and item.text:
+                        streamed = True
+                        emit("text_delta", {"step": step, "text": item.text})
+                elif isinstance(item, Completion):
+                    completion = item
+            if completion is None:
+                raise Transport("model stream ended without a final message", op="model")
+            return completion
+        except (RateLimited, Transport) as err:
+            if attempt >= max_retries or streamed:
+                raise
+            wait = err.data.get("retry_after_ms") if isinstance(err, RateLimited) else None
+            delay_ms = int(wait) if wait is not None else backoff_ms(attempt)
+            if request.deadline is not None and loop.time() + delay_ms / 1000 >= request.deadline:
+                raise
+            attempt += 1
+            emit(
+                "model_retry",
+                {"step": step, "attempt": attempt, "delay_ms": delay_ms, "error_kind": err.to_kind()},
+            )
+            await asyncio.sleep(delay_ms / 1000)
