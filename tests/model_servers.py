@@ -82,12 +82,7 @@ class _ScriptedServer(abc.ABC):
         self.arg_chunks = arg_chunks
         self.requests: list[SeenRequest] = []
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
-
-    # ---- lifecycle ----------------------------------------------------------------------------
-
-    def __enter__(self) -> _ScriptedServer:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -102,8 +97,14 @@ class _ScriptedServer(abc.ABC):
                 except (BrokenPipeError, ConnectionResetError):
                     self.close_connection = True  # the client gave up (a deadline, a cancel): fine
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        # Bound now (so base_url is known before `with`); served from __enter__ to __exit__.
+        self._server: ThreadingHTTPServer | None = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+
+    def __enter__(self) -> _ScriptedServer:
+        assert self._server is not None
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05})
         self._thread.daemon = True
         self._thread.start()

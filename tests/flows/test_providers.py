@@ -46,7 +46,11 @@ def _request(stream: bool, **kw: Any) -> ModelRequest:
     return ModelRequest(
         [Message("user", "look at a.txt")],
         system="You are a test.",
-        tools=[ToolDef("read", "read a file", {"type": "object", "properties": {"file_path": {"type": "string"}}})],
+        tools=[
+            ToolDef(
+                "read", "read a file", {"type": "object", "properties": {"file_path": {"type": "string"}}}
+            )
+        ],
         stream=stream,
         **kw,
     )
@@ -80,7 +84,11 @@ def test_g6_a3_text_tool_calls_and_usage_round_trip(wire: str, server_cls: Any, 
         {"mode": "grep", "query": "TODO"},
     ]
     assert final.stop_reason == "tool_calls"
-    assert (final.usage.prompt_tokens, final.usage.completion_tokens, final.usage.cached_tokens) == (120, 30, 64)
+    assert (final.usage.prompt_tokens, final.usage.completion_tokens, final.usage.cached_tokens) == (
+        120,
+        30,
+        64,
+    )
     text = "".join(i.text for i in items if isinstance(i, TextDelta))
     assert text == "Reading both files now."
     if stream:
@@ -99,14 +107,19 @@ def test_g6_openai_request_wire_shape(stream: bool) -> None:
     ]
     with ScriptedOpenAIServer([{"text": "ok"}]) as srv:
         provider = provider_for("openai:wire-model", srv.env())
-        asyncio.run(provider.complete(ModelRequest(convo, system="S", tools=_request(stream).tools, stream=stream)))
+        asyncio.run(
+            provider.complete(ModelRequest(convo, system="S", tools=_request(stream).tools, stream=stream))
+        )
         seen = srv.requests[0]
     body = seen.body
     assert seen.path == "/v1/chat/completions"
     assert seen.headers["authorization"] == "Bearer sk-test-scripted"  # the key from env, as the SDK sends it
     assert body["model"] == "wire-model"
     assert body["messages"][0] == {"role": "system", "content": "S"}
-    assert body["messages"][2]["tool_calls"][0]["function"] == {"name": "read", "arguments": '{"file_path": "a"}'}
+    assert body["messages"][2]["tool_calls"][0]["function"] == {
+        "name": "read",
+        "arguments": '{"file_path": "a"}',
+    }
     assert body["messages"][3] == {"role": "tool", "tool_call_id": "c1", "content": "file text"}
     assert body["tools"][0]["type"] == "function" and body["tools"][0]["function"]["name"] == "read"
     assert bool(body.get("stream")) is stream
@@ -119,7 +132,11 @@ def test_g6_anthropic_request_wire_shape() -> None:
     user message) folded into one user turn so roles alternate."""
     convo = [
         Message("user", "hi"),
-        Message("assistant", "let me see", (ToolCall("t1", "read", '{"file_path": "a"}'), ToolCall("t2", "ls", "{}"))),
+        Message(
+            "assistant",
+            "let me see",
+            (ToolCall("t1", "read", '{"file_path": "a"}'), ToolCall("t2", "ls", "{}")),
+        ),
         Message("tool", "A", tool_call_id="t1", name="read"),
         Message("tool", "B", tool_call_id="t2", name="ls"),
         Message("user", "and now?"),
@@ -131,10 +148,18 @@ def test_g6_anthropic_request_wire_shape() -> None:
     body = seen.body
     assert seen.path == "/v1/messages"
     # The key from env, however this SDK version sends it (x-api-key or a bearer token).
-    assert "sk-test-scripted" in (seen.headers.get("x-api-key"), seen.headers.get("authorization", "").removeprefix("Bearer "))
+    assert "sk-test-scripted" in (
+        seen.headers.get("x-api-key"),
+        seen.headers.get("authorization", "").removeprefix("Bearer "),
+    )
     assert body["system"] == "S" and body["max_tokens"] > 0
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
-    assert body["messages"][1]["content"][1] == {"type": "tool_use", "id": "t1", "name": "read", "input": {"file_path": "a"}}
+    assert body["messages"][1]["content"][1] == {
+        "type": "tool_use",
+        "id": "t1",
+        "name": "read",
+        "input": {"file_path": "a"},
+    }
     assert [b["type"] for b in body["messages"][2]["content"]] == ["tool_result", "tool_result", "text"]
 
 
@@ -153,7 +178,10 @@ def test_a3_status_classification(wire: str, server_cls: Any, stream: bool) -> N
     with server_cls(script) as srv:
         provider = provider_for(f"{wire}:m", srv.env())
         errors = [_error(provider, _request(stream)) for _ in script]
-    assert isinstance(errors[0], RateLimited) and errors[0].to_kind() == {"type": "rate_limited", "retry_after_ms": 3000}
+    assert isinstance(errors[0], RateLimited) and errors[0].to_kind() == {
+        "type": "rate_limited",
+        "retry_after_ms": 3000,
+    }
     assert [e.to_kind() for e in errors[1:4]] == [{"type": "transport", "op": "model"}] * 3
     assert errors[4].to_kind() == {"type": "provider_error", "status": 401}
 
@@ -172,7 +200,10 @@ def test_a3_classification_never_reads_the_text(wire: str, server_cls: Any) -> N
 def test_a3_error_event_inside_a_stream_is_typed_by_its_type_field(wire: str, server_cls: Any) -> None:
     """A-3: an error event in a 200 stream is classified by its typed ``type`` field."""
     with server_cls(
-        [{"stream_error": {"type": "overloaded_error", "message": "busy"}}, {"stream_error": {"type": "rate_limit_error", "message": "slow"}}]
+        [
+            {"stream_error": {"type": "overloaded_error", "message": "busy"}},
+            {"stream_error": {"type": "rate_limit_error", "message": "slow"}},
+        ]
     ) as srv:
         provider = provider_for(f"{wire}:m", srv.env())
         first = _error(provider, _request(True))
@@ -261,7 +292,10 @@ def test_g6_scripted_provider_replays_by_conversation_position(tmp_path: Path) -
         json.dumps(
             {
                 "turns": [
-                    {"text": "first answer is long enough to be chunked", "tool_calls": [{"name": "ls", "arguments": {}}]},
+                    {
+                        "text": "first answer is long enough to be chunked",
+                        "tool_calls": [{"name": "ls", "arguments": {}}],
+                    },
                     {"text": "second"},
                     {"error": {"type": "rate_limited", "retry_after_ms": 5}},
                 ]
@@ -284,7 +318,13 @@ def test_g6_scripted_provider_replays_by_conversation_position(tmp_path: Path) -
 
 @pytest.mark.parametrize(
     "content",
-    ["not json", "[]", '{"turns": [{"text": 3}]}', '{"turns": [{"tool_calls": [{"arguments": {}}]}]}', '[{"bogus": 1}]'],
+    [
+        "not json",
+        "[]",
+        '{"turns": [{"text": 3}]}',
+        '{"turns": [{"tool_calls": [{"arguments": {}}]}]}',
+        '[{"bogus": 1}]',
+    ],
 )
 def test_g6_a_bad_script_fails_when_built(tmp_path: Path, content: str) -> None:
     """G-6: a broken script is invalid_argument when the provider is built, not mid-run."""
