@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from flows.agent.conversation import MODEL_STATE_KEY, Conversation
+from flows.generate_object import generate_object_tool
 from flows.integrations import McpSource, attach_integrations
 from flows.loop import LoopThread
 from flows.providers import parse_model_name
@@ -239,6 +240,7 @@ class SessionFactory:
                     ws.capabilities, retrieval_enabled=options.workspace_retrieval, services=options.services
                 ),
                 workflow_tool(options.offer_dynamic_workflow),  # hidden unless the host offers it
+                generate_object_tool(),  # a session tool (S-2): uses the session's model
             ]
         )
         for spec in self.extra:
@@ -263,6 +265,7 @@ class SessionFactory:
             budget_used=budget_used,
             started_ms=started_ms,
         )
+        services.setdefault("model_budget", kernel.budget)  # generate_object charges model usage here
         name = workspace if isinstance(workspace, str) else ws.name
         core = SessionCore(kernel, memory, str(name), self.loop)
         for closer in closers:

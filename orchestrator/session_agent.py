@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import queue
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -24,8 +25,9 @@ from flows.agent import RunResult, run_agent
 from flows.agent.result import CANCELLED
 from flows.loop import LoopThread
 from flows.sessions import SessionCore
-from kernel.errors import Cancelled
+from kernel.errors import Cancelled, error_from_kind
 from kernel.events import Event
+from kernel.result import ToolResult
 
 _DONE = object()
 
@@ -240,6 +242,42 @@ class AgentRuns:
         cancel = getattr(self, "_cancel", None)
         if cancel is not None:
             self._loop.call(cancel.set)
+
+    def generate_object(
+        self,
+        schema: dict[str, Any],
+        prompt: str,
+        *,
+        schema_name: str = "result",
+        schema_description: str | None = None,
+        system: str | None = None,
+        mode: str = "auto",
+        max_repair_attempts: int = 2,
+        include_raw_text: bool = False,
+        timeout_ms: int = 120_000,
+    ) -> dict[str, Any]:
+        """G-1..G-5 as a trusted host-direct call of the ``generate_object`` tool with the session's
+        model: ``{"object", "repair_rounds", "mode_used", "usage", "raw_text"?}``. Raises the typed
+        ``ToolError`` (``invalid_argument`` — before any request for bad arguments —, ``timeout``,
+        ``rate_limited``, ``transport``, ``cancelled``…) instead of returning a failure."""
+        args: dict[str, Any] = {
+            "schema": schema,
+            "prompt": prompt,
+            "schema_name": schema_name,
+            "mode": mode,
+            "max_repair_attempts": max_repair_attempts,
+            "include_raw_text": include_raw_text,
+            "timeout_ms": timeout_ms,
+        }
+        if schema_description is not None:
+            args["schema_description"] = schema_description
+        if system is not None:
+            args["system"] = system
+        result: ToolResult = self.tool("generate_object", args)  # type: ignore[attr-defined]
+        if result.exit_code != 0:
+            raise error_from_kind(result.error_kind, result.output)
+        value: dict[str, Any] = json.loads(result.output)
+        return value
 
     def conversation(self) -> list[dict[str, Any]]:
         """The conversation so far, as JSON messages (what the snapshot stores)."""

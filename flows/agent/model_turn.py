@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from flows.providers import Completion, ModelRequest, Provider, TextDelta
+from flows.providers import Completion, ModelRequest, Provider, StreamItem, TextDelta, ToolCallDelta
 from kernel.errors import RateLimited, Transport
 
 MODEL_MAX_RETRIES = 2
@@ -35,8 +35,10 @@ async def model_turn(
     emit: Emit,
     *,
     max_retries: int = MODEL_MAX_RETRIES,
+    on_item: Callable[[StreamItem], None] | None = None,
 ) -> Completion:
-    """The model's answer to ``request``; raises the typed error when retries cannot help."""
+    """The model's answer to ``request``; raises the typed error when retries cannot help.
+    ``on_item`` sees every streamed item (generate_object's partial objects)."""
     loop = asyncio.get_running_loop()
     attempt = 0
     while True:
@@ -45,10 +47,14 @@ async def model_turn(
         try:
             completion: Completion | None = None
             async for item in provider.stream(request):
+                if on_item is not None:
+                    on_item(item)
                 if isinstance(item, TextDelta):
                     if request.stream and item.text:
                         streamed = True
                         emit("text_delta", {"step": step, "text": item.text})
+                elif isinstance(item, ToolCallDelta):
+                    streamed = streamed or (request.stream and on_item is not None)
                 elif isinstance(item, Completion):
                     completion = item
             if completion is None:

@@ -1,0 +1,90 @@
+"""Validating the model's object against the caller's schema, and getting JSON out of a reply (G-2, G-3).
+
+``ObjectSchema`` compiles the caller's schema once (draft 2020-12, local ``$ref``/``$defs``) and
+reports at most ``MAX_REPORTED_ERRORS`` errors as ``"<json path>: <message>"`` — what goes back to
+the model in a repair round. ``tool_parameters`` is the schema as a forced tool's parameters: a
+tool's arguments are always an object, so a non-object root (an array, an enum…) is wrapped as
+``{"value": …}`` with its ``$defs`` lifted to the wrapper so local references still resolve, and
+``unwrap`` takes the value back out. ``extract_json`` reads a JSON value out of a text reply
+(a bare value, or one fenced in Markdown, or the outermost ``{…}``/``[…]`` in prose).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import jsonschema
+
+MAX_REPORTED_ERRORS = 8
+WRAP_KEY = "value"
+_FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.S)
+
+
+class ObjectSchema:
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self.schema = schema
+        self._validator = jsonschema.Draft202012Validator(schema)
+        self.wrapped = schema.get("type") != "object"
+
+    def errors(self, value: Any) -> list[str]:
+        """``"<path>: <message>"`` for each way ``value`` fails the schema (empty when it is valid)."""
+        found = sorted(
+            self._validator.iter_errors(value), key=lambda e: (len(e.absolute_path), str(e.message))
+        )
+        return [f"{e.json_path}: {_short(e.message)}" for e in found[:MAX_REPORTED_ERRORS]]
+
+    def tool_parameters(self) -> dict[str, Any]:
+        if not self.wrapped:
+            return self.schema
+        inner = {k: v for k, v in self.schema.items() if k not in ("$defs", "definitions", "$schema", "$id")}
+        wrapper: dict[str, Any] = {
+            "type": "object",
+            "properties": {WRAP_KEY: inner},
+            "required": [WRAP_KEY],
+            "additionalProperties": False,
+        }
+        for key in ("$defs", "definitions"):
+            if key in self.schema:
+                wrapper[key] = self.schema[key]
+        return wrapper
+
+    def unwrap(self, arguments: Any) -> Any:
+        if self.wrapped and isinstance(arguments, dict) and set(arguments) == {WRAP_KEY}:
+            return arguments[WRAP_KEY]
+        return arguments
+
+
+def _short(message: str, limit: int = 300) -> str:
+    return message if len(message) <= limit else message[:limit] + "…"
+
+
+class NotJson(ValueError):
+    """The reply held no parseable JSON value (a repair round tells the model so)."""
+
+
+def extract_json(text: str) -> Any:
+    stripped = text.strip()
+    if not stripped:
+        raise NotJson("the reply was empty")
+    try:
+        return json.loads(stripped)
+    except ValueError:
+        pass
+    for block in _FENCE.findall(stripped):
+        try:
+            return json.loads(block.strip())
+        except ValueError:
+            continue
+    starts = [i for i in (stripped.find("{"), stripped.find("[")) if i >= 0]
+    if starts:
+        start = min(starts)
+        closer = "}" if stripped[start] == "{" else "]"
+        end = stripped.rfind(closer)
+        if end > start:
+            try:
+                return json.loads(stripped[start : end + 1])
+            except ValueError as exc:
+                raise NotJson(f"the reply is not valid JSON ({exc})") from None
+    raise NotJson("the reply holds no JSON value")
