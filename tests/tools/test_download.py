@@ -368,3 +368,31 @@ def test_b6_targets_stay_inside_the_workspace(agent, tmp_path, server) -> None:
     res = s.tool("download", {"url": url, "file_path": "alias/new/deep/f.bin"})
     assert res.exit_code == 0 and res.metadata["file_path"] == "inner/new/deep/f.bin"
     assert (ws / "inner" / "new" / "deep" / "f.bin").read_bytes() == b"data"
+
+
+def test_d4_writeback_hands_written_regions_to_the_disk_early(tmp_path) -> None:
+    """SPEC D-4: pages are queued for the disk while the download runs (the fsync before promotion
+    stays the one that decides); where the kernel refuses, the optimisation switches itself off."""
+    from tools.download.writeback import Writeback
+
+    fd = os.open(tmp_path / "f.part", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        wb = Writeback(fd, kick_bytes=1 << 20)
+        block = os.urandom(256 << 10)
+        for i in range(16):
+            os.pwrite(fd, block, i * len(block))
+            wb.wrote(i * len(block), len(block))
+        os.fsync(fd)
+        assert (tmp_path / "f.part").read_bytes() == block * 16
+        assert wb.kicks == (4 if wb.enabled else 0)
+    finally:
+        os.close(fd)
+    r, w = os.pipe()
+    try:
+        wb = Writeback(r, kick_bytes=1)
+        wb.wrote(0, 10)  # ESPIPE: switched off, never raised
+        wb.wrote(10, 10)
+        assert not wb.enabled and wb.kicks == 0
+    finally:
+        os.close(r)
+        os.close(w)
