@@ -159,6 +159,7 @@ def bench_download(mib: int, rounds: int) -> None:
         med = statistics.median(times[label])
         cpu_gib = statistics.median(cpu[label]) / gib
         line = f"  {label:8s}: {med:6.2f} s  {mib / med:7.1f} MiB/s  CPU {cpu_gib:5.2f} s/GiB"
+        line += f"  (s: {', '.join(f'{t:.2f}' for t in times[label])})"
         if curl and label != "curl":
             ratios = [c / o for c, o in zip(times["curl"], times[label], strict=True)]
             line += f"  throughput {statistics.median(ratios):.2f}x curl (rounds: {', '.join(f'{r:.2f}' for r in ratios)})"

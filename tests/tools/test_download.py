@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import threading
 import time
 from pathlib import Path
 
@@ -17,6 +19,8 @@ from kernel.options import SessionOptions
 from kernel.policy import PermissionPolicy
 from tests.tools.netserver import LoopbackServer, Ranged, redirect, send, static
 from tools.download.names import infer_name, sanitize
+from tools.download.pump import STATS as PUMP_STATS
+from tools.download.pump import THREAD_PREFIX as PUMP_THREAD
 from tools.net import parse_url
 
 LOOP = SessionOptions(net_allow=("127.0.0.1",))
@@ -396,3 +400,116 @@ def test_d4_writeback_hands_written_regions_to_the_disk_early(tmp_path) -> None:
     finally:
         os.close(r)
         os.close(w)
+
+
+def pump_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith(PUMP_THREAD)]
+
+
+@pytest.mark.parametrize("connections", [1, 4])
+@pytest.mark.parametrize("end", ["timeout", "cancel"])
+def test_d4_pumped_download_stopped_midway_leaves_nothing_behind(
+    agent, tmp_path, server, connections, end
+) -> None:
+    """SPEC D-4, K-5: bodies written straight from the socket by pump threads (one response, or four
+    Range segments into one temp file): a timeout or a cancel mid-body stops every pump, removes
+    the temp file, leaves the target as it was, and no pump thread outlives the call."""
+    (tmp_path / "p.bin").write_bytes(b"before")
+    stalled = Ranged(blob(8 << 20, 9), stall_after=256 << 10, stall_s=10)
+    url = server.route("/stall.bin", stalled)
+    s = agent.session(tmp_path, LOOP)
+    bodies = PUMP_STATS["bodies"]
+    args = {"url": url, "file_path": "p.bin", "overwrite": True, "connections": connections}
+    t0 = time.monotonic()
+    if end == "timeout":
+        res = s.tool("download", {**args, "timeout": 1})
+        assert res.exit_code == 1 and res.error_kind["type"] == "timeout"
+    else:
+        fut = s.tool_async("download", args)
+        deadline = time.monotonic() + 30
+        while len(pump_threads()) < connections and time.monotonic() < deadline:
+            time.sleep(0.02)  # every pump is reading its stalled body
+        assert len(pump_threads()) >= connections
+        fut.cancel()  # type: ignore[attr-defined]
+        while s.active_tools() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        ends = [e for e in s.events() if e.type == "tool_end"]
+        assert ends and ends[-1].data["error_kind"]["type"] == "cancelled"
+    assert time.monotonic() - t0 < 8  # stopped at once, not after the server's 10 s stall
+    assert PUMP_STATS["bodies"] - bodies == connections
+    assert pump_threads() == []
+    assert (tmp_path / "p.bin").read_bytes() == b"before"
+    assert temp_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("connections", [1, 4])
+def test_d4_pumped_digest_mismatch_and_over_limit_leave_nothing_behind(
+    agent, tmp_path, server, connections
+) -> None:
+    """SPEC D-2, D-4: through the pump path too, a digest mismatch and a body over ``max_bytes``
+    change nothing and leave no temp file."""
+    (tmp_path / "k.bin").write_bytes(b"kept")
+    origin = Ranged(blob(6 << 20, 10))
+    url = server.route("/k.bin", origin)
+    s = agent.session(tmp_path, LOOP)
+    bodies = PUMP_STATS["bodies"]
+    res = s.tool(
+        "download",
+        {
+            "url": url,
+            "file_path": "k.bin",
+            "overwrite": True,
+            "connections": connections,
+            "expected_sha256": "1" * 64,
+        },
+    )
+    assert res.exit_code == 1 and "SHA-256 mismatch" in res.output and origin.sha256 in res.output
+    assert PUMP_STATS["bodies"] - bodies == connections
+    res = s.tool("download", {"url": url, "file_path": "k.bin", "overwrite": True, "max_bytes": 5 << 20})
+    assert res.exit_code == 1 and res.error_kind["type"] == "invalid_argument"
+    assert (tmp_path / "k.bin").read_bytes() == b"kept"
+    assert temp_files(tmp_path) == []
+    ok = s.tool(
+        "download",
+        {
+            "url": url,
+            "file_path": "k.bin",
+            "overwrite": True,
+            "connections": connections,
+            "expected_sha256": origin.sha256,
+        },
+    )
+    assert ok.exit_code == 0 and ok.metadata["sha256"] == origin.sha256
+    assert (tmp_path / "k.bin").read_bytes() == origin.data
+
+
+def test_d4_a_pumped_body_cut_short_resumes_with_range_and_the_digest_holds(agent, tmp_path, server) -> None:
+    """SPEC D-4: the server closing a pumped body early is a transport failure; the bytes already
+    on disk stay, the rest comes with Range/If-Range, and the running SHA-256 covers both."""
+    data = blob(5 << 20, 11)
+    origin = Ranged(data)
+    cut: list[int] = []
+
+    def flaky(h):
+        if "Range" in h.headers or cut:
+            origin(h)
+            return
+        cut.append(1)  # the first whole-body response breaks off after 2 MiB
+        h.send_response(200)
+        h.send_header("Content-Length", str(len(data)))
+        h.send_header("ETag", '"v1"')
+        h.end_headers()
+        h.wfile.write(data[: 2 << 20])
+        h.wfile.flush()
+        h.connection.shutdown(socket.SHUT_RDWR)
+        h.close_connection = True
+
+    url = server.route("/r.bin", flaky)
+    s = agent.session(tmp_path, LOOP)
+    res = s.tool("download", {"url": url, "connections": 1, "expected_sha256": origin.sha256})
+    assert res.exit_code == 0, res.output
+    assert res.metadata["strategy"] == "sequential" and res.metadata["sha256"] == origin.sha256
+    assert (tmp_path / "r.bin").read_bytes() == data
+    ranges = [h.headers.get("range") for h in server.hits("/r.bin")]
+    assert ranges == ["bytes=0-0", None, f"bytes={2 << 20}-"]
+    assert temp_files(tmp_path) == []

@@ -12,6 +12,9 @@
   (``sequential_fallback``), as does a transport failure that outlived its retries.
 - **Sequential**: one response streamed in order, hashed on the way when a digest is expected. A
   broken stream resumes with ``Range``/``If-Range`` when that is safe, else starts over.
+- Bulk bodies go straight from the socket to the file (``pump.py``) when the transport can hand
+  them over raw (a plain direct connection, ``Content-Length``); otherwise they stream through
+  httpx and the background ``Writer``. Both paths apply the same checks and errors.
 - Retries are bounded (``MAX_ATTEMPTS`` per request) for transport failures, 408/5xx and 429
   (honouring ``Retry-After`` when it fits the deadline). Every byte count is checked against
   ``max_bytes`` both as declared and as streamed. Bodies are read raw (``Accept-Encoding:
@@ -21,6 +24,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import hashlib
 import re
@@ -31,15 +35,19 @@ from typing import Any, TypeVar
 import httpx
 
 from kernel.errors import InvalidArgument, RateLimited, ToolError, Transport
+from tools.download.pump import STATS, THREAD_PREFIX, Pump, run_pump
 from tools.download.staging import Staging
 from tools.download.writer import Writer
 from tools.net import Fetched, SafeHttp, SafeUrl, map_http_error, status_error
+from tools.net.sockets import RawBody
 
 OP = "download"
 MAX_ATTEMPTS = 3
 RETRY_DELAYS_S = (0.25, 1.0)
 MAX_RETRY_WAIT_S = 30.0
 MIN_SEGMENT_BYTES = 1 << 20
+MAX_PUMPS = 4  # one per Range connection
+DEFAULT_READ_TIMEOUT_S = 60.0
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 
 T = TypeVar("T")
@@ -115,6 +123,9 @@ class Transfer:
         self.final: SafeUrl = url
         self.requests = 0
         self.writer: Writer | None = None
+        self.read_timeout = http.timeout.read or DEFAULT_READ_TIMEOUT_S
+        self._pumps: concurrent.futures.ThreadPoolExecutor | None = None
+        self._live: set[Pump] = set()
 
     def attach(self, stage: Staging) -> None:
         """Stage the bytes into ``stage`` (through a background writer thread)."""
@@ -125,8 +136,18 @@ class Transfer:
             self.writer = Writer(stage)
 
     def close(self) -> None:
+        """Stop and wait for every thread that writes to the temp file (before its fd is closed)."""
+        for pump in list(self._live):
+            pump.body.stop()
+        if self._pumps is not None:
+            self._pumps.shutdown(wait=True)
         if self.writer is not None:
             self.writer.close()
+
+    def _pump_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._pumps is None:
+            self._pumps = concurrent.futures.ThreadPoolExecutor(MAX_PUMPS, thread_name_prefix=THREAD_PREFIX)
+        return self._pumps
 
     # ---- requests with bounded retries ----------------------------------------------------
 
@@ -168,7 +189,7 @@ class Transfer:
 
         async def attempt() -> tuple[str, bool]:
             headers = {"Range": "bytes=0-0", "Accept-Encoding": "identity"}
-            async with self.http.open(self.url, headers=headers, op=OP) as got:
+            async with self.http.open(self.url, headers=headers, op=OP, raw_body=True) as got:
                 self.requests += 1
                 self._check_status(got, (200, 206, 416))
                 probe = self._probe_of(got)
@@ -220,7 +241,7 @@ class Transfer:
                 await self.restart_from_zero()
                 position = 0
             try:
-                async with self.http.open(self.url, headers=headers, op=OP) as got:
+                async with self.http.open(self.url, headers=headers, op=OP, raw_body=True) as got:
                     self.requests += 1
                     self.final = got.url
                     self._check_status(got, (200, 206) if resume else (200,))
@@ -265,10 +286,16 @@ class Transfer:
         """Stream ``got``'s body to ``offset``; with ``length``, exactly that many bytes.
 
         ``written`` (a one-item counter) keeps the bytes already on disk when the stream breaks.
+        Only an in-order body (no ``length``: the sequential response) feeds the running digest;
+        Range segments are hashed from the file afterwards.
         """
         assert self.stage is not None and self.writer is not None
         count = written if written is not None else [0]
         start = count[0]
+        hasher = self.hasher if length is None else None
+        raw = got.take_raw_body()
+        if raw is not None:
+            return await self._pump(got, raw, offset, length, count, hasher)
         try:
             async for chunk in got.response.aiter_raw():
                 done = count[0] - start
@@ -278,7 +305,7 @@ class Transfer:
                     raise InvalidArgument(
                         f"{got.url.anchor} sent more than max_bytes={self.max_bytes}; download stopped"
                     )
-                await self.writer.write(chunk, offset + done, self.hasher)
+                await self.writer.write(chunk, offset + done, hasher)
                 count[0] += len(chunk)
                 self.progress.add(len(chunk))
         except (httpx.HTTPError, httpx.StreamError) as exc:
@@ -287,6 +314,33 @@ class Transfer:
         if length is not None and done != length:
             raise UnsafeRange(f"segment at {offset} ended after {done} of {length} bytes")
         return done
+
+    async def _pump(
+        self, got: Fetched, raw: RawBody, offset: int, length: int | None, count: list[int], hasher: Any
+    ) -> int:
+        """``_consume`` for a body taken raw: the same checks, done before the first byte is read."""
+        assert self.stage is not None and self.writer is not None
+        if length is not None and raw.length != length:
+            raise UnsafeRange(f"segment at {offset} declares {raw.length} bytes, not the {length} asked for")
+        if offset + raw.length > self.max_bytes:
+            raise InvalidArgument(
+                f"{got.url.anchor} sends more than max_bytes={self.max_bytes}; download stopped"
+            )
+        await self.writer.drain()  # earlier chunks (and their hashing) come first
+        start = count[0]
+
+        def on_progress(n: int) -> None:
+            count[0] += n
+            self.progress.add(n)
+
+        pump = Pump(raw, self.stage.fd, offset, hasher, self.read_timeout)
+        self._live.add(pump)
+        STATS["bodies"] += 1
+        try:
+            await run_pump(self._pump_pool(), pump, on_progress, OP, got.url.anchor)
+        finally:
+            self._live.discard(pump)
+        return count[0] - start
 
     # ---- parallel ---------------------------------------------------------------------------
 
@@ -313,7 +367,7 @@ class Transfer:
             a = start + written[0]
             headers = {"Range": f"bytes={a}-{end}", "If-Range": validator, "Accept-Encoding": "identity"}
             try:
-                async with self.http.open(self.url, headers=headers, op=OP) as got:
+                async with self.http.open(self.url, headers=headers, op=OP, raw_body=True) as got:
                     self.requests += 1
                     if got.response.status_code == 200:
                         raise UnsafeRange("the server answered a Range request with the whole resource")

@@ -35,6 +35,7 @@ from tools.net.addresses import IPAddress
 from tools.net.backend import GuardedBackend, GuardedTransport, ssl_context
 from tools.net.errors import map_http_error
 from tools.net.guard import NetGuard
+from tools.net.sockets import HeaderClaim, RawBody, SocketStream, exact_headers
 from tools.net.urls import SafeUrl, parse_url
 
 MAX_REDIRECTS = 10
@@ -97,6 +98,30 @@ class Fetched:
 
     response: httpx.Response
     chain: list[SafeUrl] = field(default_factory=list)
+    claim: HeaderClaim | None = None  # set when opened with ``raw_body=True``
+
+    def take_raw_body(self) -> RawBody | None:
+        """The body as a ``RawBody`` (read off the event loop), or None: then read it through httpx.
+
+        Only a ``Content-Length`` body of a plain, direct connection whose headers were read
+        exactly (``tools/net/sockets.py``). Once taken, the response must not be read otherwise.
+        """
+        response = self.response
+        if self.claim is None or response.is_stream_consumed or response.is_closed:
+            return None
+        if (
+            response.request.method == "HEAD"
+            or response.status_code < 200
+            or response.status_code in (204, 304)
+        ):
+            return None
+        length = response.headers.get("content-length", "")
+        if "transfer-encoding" in response.headers or not length.isdigit():
+            return None
+        stream = response.extensions.get("network_stream")
+        if not isinstance(stream, SocketStream):
+            return None
+        return stream.take_body(self.claim, int(length))
 
     @property
     def url(self) -> SafeUrl:
@@ -201,11 +226,13 @@ class SafeHttp:
         redirects_used: int = 0,
         follow_redirects: bool = True,
         op: str = "http",
+        raw_body: bool = False,
     ) -> AsyncIterator[Fetched]:
         """Send ``method`` to ``url`` following redirects by hand; yields the final open response.
 
         ``follow_redirects=False`` yields a 3xx as it is (the browser tier hands it to Chromium,
-        whose next request is intercepted and checked again)."""
+        whose next request is intercepted and checked again). ``raw_body=True`` reads each
+        response's headers exactly, so the final body may be taken with ``take_raw_body``."""
         chain = [url]
         current = url
         send_headers = {k.lower(): v for k, v in (headers or {}).items()}
@@ -214,10 +241,15 @@ class SafeHttp:
         while True:
             self.check(current)
             client = await self._client_for(current)
+            claim: HeaderClaim | None = None
             try:
                 request = client.build_request(method, current.url, headers=send_headers, json=body)
                 self.requests += 1
-                response = await client.send(request, stream=True)
+                if raw_body:
+                    with exact_headers() as claim:
+                        response = await client.send(request, stream=True)
+                else:
+                    response = await client.send(request, stream=True)
             except (httpx.HTTPError, httpx.StreamError, httpx.InvalidURL, httpcore.ConnectError) as exc:
                 raise map_http_error(exc, op, current.anchor, str(current.url)) from None
             location = response.headers.get("location")
@@ -239,6 +271,6 @@ class SafeHttp:
             current = nxt
             chain.append(current)
         try:
-            yield Fetched(response, chain)
+            yield Fetched(response, chain, claim)
         finally:
             await response.aclose()

@@ -10,6 +10,19 @@ through anyio's ``TLSStream`` (``TLSSocketStream``); decryption dominates there 
 
 Every socket error is translated to the httpcore exception httpx expects (``ConnectError``,
 ``ReadError``, ``ReadTimeout`` …), so ``tools/net/errors.py`` maps them like any other.
+
+**Raw bodies** (``download``'s bulk transfers). Parsing a large body through h11 copies every
+byte three times in Python and costs an event-loop round trip per read. A caller that asks for it
+(``SafeHttp.open(raw_body=True)``) reads the response headers through ``exact_headers()``: while
+that context is active, a plain ``SocketStream`` hands httpcore bytes only up to and including
+the blank line that ends a header block (the same ``\n\r?\n`` h11 looks for) and keeps the rest
+in its own ``_pending`` buffer. When the final response's headers were read that way on a fresh
+connection — nothing handed to h11 before, so its buffer is provably empty — the body can be
+taken (``take_body``) as a ``RawBody``: the pending bytes plus the socket, read in a worker
+thread with ``recv_into`` into the caller's buffer. The stream refuses further reads afterwards,
+and httpcore closes the connection when the response closes (h11 never saw the body end), so a
+half-read connection is never reused. Anything else (TLS, a proxy, a reused connection, chunked
+or length-less bodies) keeps the ordinary httpx path.
 """
 
 # ruff: noqa: ASYNC109  (the `timeout` parameters are httpcore's stream interface)
@@ -17,10 +30,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import re
 import select
 import socket
 import ssl
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -29,6 +47,98 @@ import anyio.streams.tls
 import httpcore
 
 READ_BYTES = 1 << 20
+STOP_POLL_S = 0.5
+_BLANK_LINE = re.compile(b"\n\r?\n")  # exactly h11's end-of-headers pattern
+
+
+@dataclass
+class HeaderClaim:
+    """What ``exact_headers`` saw while one request's response headers were read."""
+
+    stream: SocketStream | None = None
+    fresh: bool = False  # the stream had handed nothing to httpcore before this request
+    at_boundary: bool = False  # the last bytes handed over ended a header block
+    tail: bytes = b""  # the end of the header block so far (a terminator may straddle reads)
+
+
+_CLAIM: contextvars.ContextVar[HeaderClaim | None] = contextvars.ContextVar("a3s_header_claim", default=None)
+
+
+@contextlib.contextmanager
+def exact_headers() -> Iterator[HeaderClaim]:
+    """Read the response headers of the request sent inside this block without reading ahead."""
+    claim = HeaderClaim()
+    token = _CLAIM.set(claim)
+    try:
+        yield claim
+    finally:
+        _CLAIM.reset(token)
+
+
+class BodyStopped(Exception):
+    """``RawBody.stop`` was called (the download was cancelled or timed out)."""
+
+
+class RawBody:
+    """A response body of ``length`` bytes read straight from its socket (one thread at a time).
+
+    ``read_into`` blocks until at least one byte is there, then takes whatever else is already
+    waiting, up to the buffer's size — big reads with no copy beyond the kernel's. A read waits
+    at most ``read_timeout`` for data (``TimeoutError``); the connection closing early is a
+    ``ConnectionError``; ``stop`` (from any thread) wakes a waiting read, which raises
+    ``BodyStopped``.
+    """
+
+    def __init__(self, sock: socket.socket, prefix: bytes, length: int) -> None:
+        self._sock = sock
+        self._prefix = memoryview(prefix)[:length]
+        self.length = length
+        self.received = 0
+        self._stopped = threading.Event()
+        self._poll = select.poll()
+        self._poll.register(sock, select.POLLIN)
+
+    @property
+    def remaining(self) -> int:
+        return self.length - self.received
+
+    def stop(self) -> None:
+        self._stopped.set()
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RD)  # wakes a read waiting in poll
+
+    def read_into(self, view: memoryview, read_timeout: float) -> int:
+        want = min(len(view), self.remaining)
+        got = 0
+        if self._prefix:
+            got = min(want, len(self._prefix))
+            view[:got] = self._prefix[:got]
+            self._prefix = self._prefix[got:]
+        waited_since = time.monotonic()
+        while got < want:
+            if self._stopped.is_set():
+                raise BodyStopped
+            try:
+                n = self._sock.recv_into(view[got:want])
+            except (BlockingIOError, InterruptedError):
+                if got:
+                    break  # hand over what is here; the kernel keeps receiving meanwhile
+                left = read_timeout - (time.monotonic() - waited_since)
+                if left <= 0:
+                    raise TimeoutError(f"no data for {read_timeout:g}s") from None
+                self._poll.poll(min(left, STOP_POLL_S) * 1000)
+                continue
+            if n == 0:
+                if self._stopped.is_set():
+                    raise BodyStopped
+                if got:
+                    break
+                raise ConnectionError(
+                    f"the server closed the connection after {self.received} of {self.length} body bytes"
+                )
+            got += n
+        self.received += got
+        return got
 
 
 def _readable(sock: socket.socket | None) -> bool:
@@ -78,11 +188,46 @@ async def open_tcp(
 class SocketStream(httpcore.AsyncNetworkStream):
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
+        self._pending = b""  # read from the socket, not yet handed to httpcore
+        self._served = 0  # bytes handed to httpcore so far
+        self._detached = False  # the body was taken raw: httpcore must not read on
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        loop = asyncio.get_running_loop()
-        with _within(timeout, httpcore.ReadTimeout, httpcore.ReadError):
-            return await loop.sock_recv(self._sock, max(max_bytes, READ_BYTES))
+        if self._detached:
+            raise httpcore.ReadError("the response body was taken off this connection")
+        if self._pending:
+            data, self._pending = self._pending, b""
+        else:
+            loop = asyncio.get_running_loop()
+            with _within(timeout, httpcore.ReadTimeout, httpcore.ReadError):
+                data = await loop.sock_recv(self._sock, max(max_bytes, READ_BYTES))
+        claim = _CLAIM.get()
+        if claim is not None and data:
+            data = self._through_header_end(claim, data)
+        self._served += len(data)
+        return data
+
+    def _through_header_end(self, claim: HeaderClaim, data: bytes) -> bytes:
+        """``data`` up to the end of the current header block; the rest waits in ``_pending``."""
+        if claim.stream is not self:
+            claim.stream, claim.fresh, claim.tail = self, self._served == 0, b""
+        window = claim.tail + data
+        match = _BLANK_LINE.search(window)
+        if match is None:
+            claim.tail, claim.at_boundary = window[-2:], False
+            return data
+        cut = match.end() - len(claim.tail)  # > 0: the tail alone held no terminator
+        self._pending = data[cut:]
+        claim.tail, claim.at_boundary = b"", True
+        return data[:cut]
+
+    def take_body(self, claim: HeaderClaim, length: int) -> RawBody | None:
+        """The body after headers read under ``claim``, when h11 provably holds none of it."""
+        if claim.stream is not self or not claim.fresh or not claim.at_boundary or self._detached:
+            return None
+        prefix, self._pending = self._pending, b""
+        self._detached = True
+        return RawBody(self._sock, prefix, length)
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if buffer:
@@ -117,8 +262,8 @@ class SocketStream(httpcore.AsyncNetworkStream):
     def get_extra_info(self, info: str) -> Any:
         if info == "socket":
             return self._sock
-        if info == "is_readable":
-            return _readable(self._sock)
+        if info == "is_readable":  # unread bytes on an idle connection make it unusable
+            return bool(self._pending) or self._detached or _readable(self._sock)
         if info == "client_addr":
             return self._sock.getsockname()
         if info == "server_addr":
