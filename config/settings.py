@@ -24,6 +24,11 @@ class Settings(BaseSettings):
     job_soft_time_limit_s: int = 840
     visibility_timeout_s: int = 1800
     max_deliveries: int = 3
+    # A worker that has not refreshed its presence in Redis for this long is lost: a live worker
+    # hands its unacknowledged jobs back to the queue (instead of after the visibility timeout).
+    worker_lost_after_s: int = Field(default=10, ge=3)
+    # How long a run's unfinished branches wait while no live worker consumes the queue.
+    queue_wait_s: int = Field(default=60, ge=1)
     # Comma-separated modules exposing ``TOOLS`` (a list) or ``TOOL``: registered in every session an
     # Agent builds, on the orchestrator and on workers alike (plugins, test and bench tools).
     extra_tools: str = ""

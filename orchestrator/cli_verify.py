@@ -121,6 +121,13 @@ def _run(plan: Any, broker: str | None, workspace: str, policy: str) -> Any:
             _fail(f"bad workspace {workspace}: {getattr(exc, 'message', None) or exc}")
         if "bash" not in session.tool_names():
             _fail(f"workspace {workspace} cannot run commands (no exec capability)")
+        if not settings.embedded:
+            from orchestrator.dispatch import require_workers
+
+            try:  # a fleet without workers says so now, in one line, instead of waiting
+                require_workers(settings)
+            except ToolError as exc:
+                _fail(exc.message)
         where = "embedded" if settings.embedded else f"fleet {settings.broker_url}"
         display = Progress(sys.stdout, plan)
         display.header(where)

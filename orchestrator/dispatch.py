@@ -66,6 +66,10 @@ RUN_KEY_TTL_MS = 600_000  # a run whose orchestrator vanished is forgotten after
 OUTAGE_TOLERANCE_S = 30.0
 OUTAGE_POLL_S = 0.25
 CANCEL_SETTLE_S = 2.0
+# No live worker for the queue when a run starts: look again for this long (a worker beats every
+# second; after a Redis restart it re-registers within one beat), then fail the run.
+NO_WORKER_GRACE_S = 3.0
+NO_WORKER_POLL_S = 0.25
 POLL_INTERVAL_S = 0.005
 DRAIN_BATCH = 64
 PUBLISH_BATCH_COMMANDS = 256  # per pipeline: a job is two commands (message + task-sent event)
@@ -90,6 +94,7 @@ class _Run:
     reader: asyncio.Task[None] | None = None
     flushing: bool = False
     closing: bool = False
+    unconsumed_since: float | None = None  # monotonic time since no live worker consumes the queue
 
     def pending(self) -> dict[int, asyncio.Future[ToolResult]]:
         return {i: f for i, f in self.futures.items() if not f.done()}
@@ -176,6 +181,9 @@ class CeleryRunner:
         return self._redis
 
     async def _open(self, run: _Run) -> None:
+        """Register the run — in the same transaction, count the queue's live workers: with none
+        (after ``NO_WORKER_GRACE_S``, which covers a worker re-registering after a Redis restart),
+        the run fails fast with one line naming the queue and the broker (issue 13 item 4)."""
         r = self._client()
         now = int(time.time() * 1000)
         meta = {
@@ -189,15 +197,47 @@ class CeleryRunner:
         }
         try:
             async with r.pipeline(transaction=True) as pipe:
+                pipe.zcount(self.keys.consumers(self.settings.queue), self._live_since(), "+inf")
                 pipe.hset(self.keys.run(run.run_id), mapping=meta)
                 pipe.pexpire(self.keys.run(run.run_id), RUN_KEY_TTL_MS)
                 pipe.zadd(self.keys.runs(), {run.run_id: now})
                 pipe.set(self.keys.snapshot(run.snapshot_digest), run.snapshot_json, px=RUN_KEY_TTL_MS)
-                await pipe.execute()
+                live, *_ = await pipe.execute()
+            if not live and not await self._await_consumer(r):
+                async with r.pipeline(transaction=False) as pipe:
+                    pipe.delete(self.keys.run(run.run_id))
+                    pipe.zrem(self.keys.runs(), run.run_id)
+                    await pipe.execute()
+                self._runs.pop(run.run_id, None)
+                raise no_worker_error(self.settings)
         except CONNECTION_ERRORS as exc:
             self._runs.pop(run.run_id, None)
             raise Transport(f"fleet: cannot register run {run.run_id} in redis: {exc}", op="redis") from exc
         run.reader = asyncio.create_task(self._read(run), name=f"fleet-reader:{run.run_id}")
+
+    def _live_since(self) -> int:
+        return int(time.time() * 1000) - self.settings.worker_lost_after_s * 1000
+
+    async def _await_consumer(self, r: aioredis.Redis) -> bool:
+        deadline = time.monotonic() + NO_WORKER_GRACE_S
+        while time.monotonic() < deadline:
+            await asyncio.sleep(NO_WORKER_POLL_S)
+            if await r.zcount(self.keys.consumers(self.settings.queue), self._live_since(), "+inf"):
+                return True
+        return False
+
+    async def check_workers(self) -> None:
+        """Raise ``transport{op: "dispatch"}`` (one line: queue and broker) when no live worker
+        consumes this runner's queue — what a run would find out when it starts."""
+        r = self._client()
+        try:
+            live = await r.zcount(self.keys.consumers(self.settings.queue), self._live_since(), "+inf")
+            if not live and not await self._await_consumer(r):
+                raise no_worker_error(self.settings)
+        except CONNECTION_ERRORS as exc:
+            raise Transport(
+                f"fleet: redis unreachable at {_broker_text(self.settings)}: {exc}", op="redis"
+            ) from exc
 
     async def _close_run(self, run: _Run) -> None:
         if self._runs.get(run.run_id) is not run:
@@ -403,13 +443,15 @@ class CeleryRunner:
             # Content-addressed and shared with other runs of the same snapshot: refreshed, never
             # deleted by one run's end; it expires RUN_KEY_TTL_MS after the last run's heartbeat.
             pipe.pexpire(self.keys.snapshot(run.snapshot_digest), RUN_KEY_TTL_MS)
+            pipe.zcount(self.keys.consumers(self.settings.queue), self._live_since(), "+inf")
             if pending:
                 pipe.hmget(self.keys.run(run.run_id), [f"r:{i}" for i in pending])
-            alive, _, _, *copies = await pipe.execute()
-        # Results the workers reported but whose list item never reached us: take the hash copy.
+            alive, _, _, consumers, *copies = await pipe.execute()
+        # Results the workers reported but whose list item never arrived: take the hash copy.
         for raw in copies[0] if copies else []:
             if raw:
                 self._deliver(run, json.loads(raw))
+        self._check_consumers(run, consumers)
         if not alive:
             self._fail_pending(
                 run,
@@ -417,6 +459,28 @@ class CeleryRunner:
                     f"fleet: redis lost the state of run {run.run_id} (restarted without persistence, or flushed); "
                     "jobs not yet reported may be lost — retry the failed branches",
                     op="redis",
+                ),
+            )
+
+    def _check_consumers(self, run: _Run, consumers: int) -> None:
+        """The queue-wait deadline: branches wait at most ``settings.queue_wait_s`` while no live
+        worker consumes the queue (every worker vanished after the run started)."""
+        if consumers or not run.pending():
+            run.unconsumed_since = None
+            return
+        now = time.monotonic()
+        if run.unconsumed_since is None:
+            run.unconsumed_since = now
+        elif now - run.unconsumed_since >= self.settings.queue_wait_s:
+            waited = int(now - run.unconsumed_since)
+            self._fail_pending(
+                run,
+                Transport(
+                    f"fleet: no worker has consumed queue '{self.settings.queue}' on broker "
+                    f"{_broker_text(self.settings)} for {waited}s (queue_wait_s={self.settings.queue_wait_s}); "
+                    f"{len(run.pending())} branches of run {run.run_id} never reported — start a worker "
+                    "and retry them",
+                    op="dispatch",
                 ),
             )
 
@@ -478,6 +542,41 @@ class CeleryRunner:
 
 
 CeleryDispatcher = CeleryRunner
+
+
+def _broker_text(settings: Settings) -> str:
+    from workers.app import broker_url, redact_url
+
+    return redact_url(broker_url(settings))
+
+
+def no_worker_error(settings: Settings) -> Transport:
+    broker = _broker_text(settings)
+    return Transport(
+        f"fleet: no worker consumes queue '{settings.queue}' on broker {broker} "
+        f"(start one: a3s-fleet worker --broker {broker} --queues {settings.queue})",
+        op="dispatch",
+    )
+
+
+def require_workers(settings: Settings) -> None:
+    """Synchronous ``CeleryRunner.check_workers`` for a CLI: fail before a plan starts."""
+    from workers.presence import count_live_consumers
+    from workers.protocol import FleetKeys
+    from workers.runtime import state_url
+    from workers.state import make_client
+
+    client = make_client(state_url(settings))
+    try:
+        deadline = time.monotonic() + NO_WORKER_GRACE_S
+        while not count_live_consumers(client, FleetKeys(), settings.queue, settings.worker_lost_after_s):
+            if time.monotonic() >= deadline:
+                raise no_worker_error(settings)
+            time.sleep(NO_WORKER_POLL_S)
+    except CONNECTION_ERRORS as exc:
+        raise Transport(f"fleet: redis unreachable at {_broker_text(settings)}: {exc}", op="redis") from exc
+    finally:
+        client.close()
 
 
 def _failed_result(meta: dict[str, Any] | None) -> dict[str, Any] | None:

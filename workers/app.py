@@ -21,6 +21,9 @@ Invariants of ``celery_config`` (each one is there because of a measured failure
   ``restore_interval_s(vt)`` seconds (throttle 1) bounds that to about the visibility timeout.
 - task events on (``worker_send_task_events``, ``task_send_sent_event``): Flower's ``/api/tasks``.
 - one named queue (``settings.queue``) that ``a3s.*`` jobs are routed to.
+- every worker of this app beats its presence into Redis and hands a lost worker's unacknowledged
+  jobs back to the queue after ``worker_lost_after_s``, not after the visibility timeout
+  (``workers.presence``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from kombu import Queue
 
 from config.settings import Settings
 from kernel.errors import InvalidArgument
+from workers.presence import presence_step
 
 DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
 RESULT_EXPIRES_S = 3600
@@ -61,6 +65,14 @@ def check_time_limits(settings: Settings) -> None:
 
 def broker_url(settings: Settings) -> str:
     return settings.broker_url or DEFAULT_BROKER_URL
+
+
+def redact_url(url: str) -> str:
+    """A broker URL fit for messages and logs: the credentials are masked."""
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -134,6 +146,8 @@ def make_app(settings: Settings | None = None) -> Celery:
     app = Celery("a3s", set_as_current=False, amqp=FleetAMQP)
     app.conf.update(celery_config(settings))
     jobs.register(app, settings)
+    # Presence: dispatchers see which queues have live workers; a lost worker's jobs come back at once.
+    app.steps["consumer"].add(presence_step(settings))
     return app
 
 

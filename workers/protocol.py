@@ -27,7 +27,12 @@ Redis keys (all under ``KEY_PREFIX``) that both sides agree on:
 - ``deliveries:{task_id}``   how many times the job was delivered (the poison-job guard);
 - ``snapshot:{digest}``      a session snapshot's canonical JSON (content-addressed, shared by
                              every run of the same snapshot; expires the orchestrator's ``RUN_KEY_TTL_MS`` after the
-                             last heartbeat of a run that uses it).
+                             last heartbeat of a run that uses it);
+- ``workers``                sorted set: every live worker's name (score: its last presence beat, ms);
+- ``worker:{name}``          a worker's presence record (JSON: queues, pid, the delivery tags of the
+                             messages it holds), refreshed every beat (``workers.presence``);
+- ``consumers:{queue}``      sorted set: the workers consuming ``queue`` (score: last beat, ms) — what
+                             a dispatcher checks before it sends a run's jobs.
 
 Results are pushed with ``PUBLISH_LUA``: only while the run hash exists (a worker must never
 resurrect a run whose state Redis lost), and a branch index is counted as done once.
@@ -113,6 +118,15 @@ class FleetKeys:
 
     def snapshot(self, digest: str) -> str:
         return f"{self.prefix}:snapshot:{digest}"
+
+    def workers(self) -> str:
+        return f"{self.prefix}:workers"
+
+    def worker(self, name: str) -> str:
+        return f"{self.prefix}:worker:{name}"
+
+    def consumers(self, queue: str) -> str:
+        return f"{self.prefix}:consumers:{queue}"
 
 
 def result_item(index: int, task_id: str, delivery: int, result: dict[str, Any]) -> str:
