@@ -12,7 +12,9 @@ A turn has the scripted-file shape (``flows/providers/scripted.py``): ``{"text",
 - ``{"delay_s": 0.2, ...}`` — wait before answering (with any other turn);
 - ``{"disconnect": true}`` — close the connection without an answer;
 - ``{"stream_error": {"type": "overloaded_error", "message": "..."}}`` — a 200 stream whose first
-  event is an error event.
+  event is an error event;
+- ``{"no_terminal": true, ...}`` — a stream that just stops after the content: no finish reason,
+  no usage chunk, no ``[DONE]`` / ``message_stop`` (some endpoints do that).
 
 Streaming splits text into a few chunks and each tool call's arguments into ``arg_chunks`` pieces;
 only the first piece of a call has its id and name, later ones carry ``"name": ""`` (the shape of
@@ -291,6 +293,8 @@ class ScriptedOpenAIServer(_ScriptedServer):
                     None,
                     chunk({"tool_calls": [{"index": i, "function": {"name": "", "arguments": piece}}]}),
                 )
+        if turn.get("no_terminal"):
+            return
         yield None, chunk({}, "tool_calls" if calls else "stop")
         if (body.get("stream_options") or {}).get("include_usage"):
             yield None, {**base, "choices": [], "usage": self._usage_json(_usage(turn, body))}
@@ -386,6 +390,8 @@ class ScriptedAnthropicServer(_ScriptedServer):
                 )
             yield "content_block_stop", {"type": "content_block_stop", "index": index}
             index += 1
+        if turn.get("no_terminal"):
+            return
         yield "ping", {"type": "ping"}
         yield (
             "message_delta",

@@ -306,3 +306,34 @@ def test_g2_session_helper_raises_the_typed_error(agent: Agent, workspace: Path,
         with pytest.raises(ToolError) as info:
             agent.session(workspace).generate_object(PERSON, "x")
     assert info.value.to_kind() == {"type": "provider_error", "status": 401}
+
+
+@pytest.mark.parametrize("server_cls", [ScriptedOpenAIServer, ScriptedAnthropicServer])
+def test_g5_a_stream_without_its_terminal_event_is_accepted_only_when_complete_and_valid(
+    workspace: Path, env: Any, server_cls: Any
+) -> None:
+    """G-5: an endpoint that omits the terminal event still yields the object when what arrived is
+    complete and schema-valid; a cut-off object is repaired like any invalid one."""
+    cut = {
+        "tool_calls": [{"id": "g1", "name": "result", "arguments": '{"name": "Gi", "ag'}],
+        "no_terminal": True,
+    }
+    whole = {**_object_turn({"name": "Gi", "age": 5}), "no_terminal": True}
+    wire = "openai" if server_cls is ScriptedOpenAIServer else "anthropic"
+    with env(server_cls([cut, whole])) as srv, Agent(model=f"{wire}:m") as a:
+        out = a.session(workspace).generate_object(PERSON, "Gi")
+        assert len(srv.requests) == 2
+    assert out["object"] == {"name": "Gi", "age": 5} and out["repair_rounds"] == 1
+
+
+def test_g5_a_stream_that_keeps_failing_falls_back_to_one_blocking_request(
+    agent: Agent, workspace: Path, env: Any
+) -> None:
+    """G-5: after the bounded retries of a stream that fails on the wire, the same request is made
+    once without streaming (the provider has a distinct blocking transport)."""
+    broken = {"stream_error": {"type": "overloaded_error", "message": "busy"}}
+    with env(ScriptedOpenAIServer([broken, broken, broken, _object_turn({"name": "Ho", "age": 2})])) as srv:
+        out = agent.session(workspace).generate_object(PERSON, "Ho")
+        streamed = [bool(r.body.get("stream")) for r in srv.requests]
+    assert out["object"] == {"name": "Ho", "age": 2}
+    assert streamed == [True, True, True, False]
