@@ -101,9 +101,11 @@ def _load() -> str:
 def bench_download(mib: int, rounds: int) -> None:
     from kernel import SessionOptions
     from orchestrator import Agent
+    from tools.download.pump import STATS as PUMPED
 
     curl = shutil.which("curl")
     load_before = _load()
+    pumped_before = PUMPED["bodies"]
     with tempfile.TemporaryDirectory() as tmp, Agent() as agent:
         root, out = Path(tmp) / "srv", Path(tmp) / "ws"
         root.mkdir()
@@ -170,6 +172,7 @@ def bench_download(mib: int, rounds: int) -> None:
         r1 = statistics.median([c / o for c, o in zip(times["curl"], times["ours x1"], strict=True)])
         print(f"  target >= 0.90x curl with one connection: {'met' if r1 >= 0.9 else 'MISSED'} ({r1:.2f}x)")
     print("  (CPU: ours is this process's user+sys time, every thread; curl's is the child's rusage)")
+    print(f"  bodies written straight from the socket (pump path): {PUMPED['bodies'] - pumped_before}")
 
 
 def _article_html(target_bytes: int) -> str:
