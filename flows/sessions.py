@@ -34,6 +34,8 @@ from flows.integrations import McpSource, attach_integrations
 from flows.loop import LoopThread
 from flows.providers import parse_model_name
 from flows.snapshot import build_snapshot, check_snapshot
+from flows.task.inprocess import InProcessChildren
+from flows.task.tool import TASK_CHILDREN_SERVICE, TASK_TOOLS
 from flows.workflow.tool import workflow_tool
 from kernel.artifacts import ArtifactStore, MemoryArtifactStore
 from kernel.budget import Budget
@@ -171,6 +173,17 @@ class SessionCore:
         for closer in self._closers:
             closer()
 
+    async def aclose(self) -> None:
+        """``close`` from a coroutine on the session's own loop (a ``task`` child ends): the same
+        steps, awaited instead of waited for (``close`` would block the very loop it waits on)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.kernel.close()
+        await self._drain()
+        for closer in self._closers:
+            closer()
+
     async def _drain(self) -> None:
         for _ in range(int(CLOSE_SETTLE_S / DRAIN_POLL_S)):
             if not self.kernel.active:
@@ -241,12 +254,15 @@ class SessionFactory:
                 ),
                 workflow_tool(options.offer_dynamic_workflow),  # hidden unless the host offers it
                 generate_object_tool(),  # a session tool (S-2): uses the session's model
+                *TASK_TOOLS,  # task (visible) and the hidden legacy parallel_task (X-3)
             ]
         )
         for spec in self.extra:
             registry.register(spec)  # dynamic: never built-in trust (K-2)
         state = session_state if session_state is not None else {}
         services = {**self.services, **options.services}
+        # Where this session's `task` children run: here unless the host (a fleet) says otherwise.
+        children = services.setdefault(TASK_CHILDREN_SERVICE, InProcessChildren(self))
         # Skills and MCP servers (flows.integrations): session tools and dynamic tools (S-2).
         closers = attach_integrations(self.loop, self.mcp, ws, options, registry, state, services)
         kernel = Kernel(
@@ -270,6 +286,9 @@ class SessionFactory:
         core = SessionCore(kernel, memory, str(name), self.loop)
         for closer in closers:
             core.on_close(closer)
+        close_children = getattr(children, "close", None)
+        if close_children is not None:
+            core.on_close(close_children)
         if options.workspace_retrieval:
             # The index is session-owned: it starts building now and is freed when the session closes.
             start_retrieval(kernel.session_state, ws, kernel.services)

@@ -19,6 +19,7 @@ from kernel.origin import ControlPlane, Origin, is_governed
 
 if TYPE_CHECKING:
     from kernel.artifacts import ArtifactStore
+    from kernel.budget import BudgetTracker
     from kernel.result import ToolResult
     from kernel.workspace import Workspace
 
@@ -76,6 +77,10 @@ class ToolContext:
     depth: int = 0
     # Set when the call is cancelled or times out; thread-offloaded work polls it.
     cancelled: threading.Event = field(default_factory=threading.Event)
+    # A session event of this call other than output deltas (``task``: ``subagent_start``/``_end``).
+    emit_event: Callable[[str, dict[str, Any]], None] | None = None
+    # The session's budget tracker (``task`` gives each child a share of what is left).
+    budget: BudgetTracker | None = None
 
     @property
     def governed(self) -> bool:

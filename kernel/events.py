@@ -1,7 +1,7 @@
 """Session events (SPEC S-5): tool activity as data, so a UI never parses terminal text.
 
 Types: ``tool_start``, ``tool_output_delta``, ``tool_error``, ``tool_end``, ``permission_denied``,
-``budget_threshold``, ``confirmation_request``. Each carries the call id, parent call id, tool,
+``budget_threshold``, ``confirmation_request``, ``subagent_start`` / ``subagent_end``. Each carries the call id, parent call id, tool,
 origin label and a timestamp; per call they are emitted in order. ``EventSink`` is the only way out:
 in memory here, a Redis Stream in the fleet (``workers/``).
 
@@ -28,6 +28,9 @@ EVENT_TYPES = (
     "permission_denied",
     "budget_threshold",
     "confirmation_request",
+    # ``task`` (issue 9): one ``subagent_end`` per ``subagent_start``, synthesised for an aborted child.
+    "subagent_start",
+    "subagent_end",
 )
 log = logging.getLogger(__name__)
 AGENT_EVENT_TYPES = ("run_start", "model_request", "text_delta", "model_retry", "model_response", "run_end")

@@ -601,6 +601,9 @@ class Kernel:
         def emit_delta(delta: Any) -> None:
             self._emit("tool_output_delta", inv, label, {"delta": delta})
 
+        def emit_event(type_: str, data: dict[str, Any]) -> None:
+            self._emit(type_, inv, label, data)
+
         return ToolContext(
             session_id=self.session_id,
             call_id=inv.call_id,
@@ -619,6 +622,8 @@ class Kernel:
             settings=self.options,
             parent_call_id=inv.parent_call_id,
             depth=inv.depth,
+            emit_event=emit_event,
+            budget=self.budget,
         )
 
     # ---- release: sanitise, project, account, emit ------------------------------------------

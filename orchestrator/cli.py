@@ -176,8 +176,9 @@ def artifact_cmd(uri: str, workspace: str) -> None:
 
 
 def _register_fleet_commands() -> None:
-    from orchestrator import cli_fleet, cli_index, cli_workflow
+    from orchestrator import cli_batch, cli_fleet, cli_index, cli_workflow
 
+    cli_batch.register(main)  # a3s-fleet batch JOBS.jsonl --out RESULTS.jsonl
     cli_fleet.register(main)
     cli_index.register(main)  # a3s-fleet index build|status
     cli_workflow.register(main)  # a3s-fleet workflow run|status|history

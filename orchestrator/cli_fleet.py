@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -39,7 +40,13 @@ STALE_RUN_MS = 15_000  # an orchestrator refreshes its runs every few seconds (d
 
 
 def worker_argv(
-    *, concurrency: int, pool: str, queues: str, hostname: str | None, loglevel: str
+    *,
+    concurrency: int,
+    pool: str,
+    queues: str,
+    hostname: str | None,
+    loglevel: str,
+    extra: Sequence[str] = (),
 ) -> list[str]:
     argv = [
         sys.executable, "-m", "celery", "-A", "workers.app:app", "worker",
@@ -48,10 +55,14 @@ def worker_argv(
     ]  # fmt: skip
     if hostname:
         argv += ["--hostname", hostname]
-    return argv
+    return argv + list(extra)  # any other `celery worker` option, passed on as given
 
 
-@click.command("worker")
+@click.command(
+    "worker",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": True},
+    epilog="Any other option is passed on to `celery worker` (e.g. --max-tasks-per-child 100, --autoscale 8,2).",
+)
 @click.option("--broker", default=None, help="Redis URL of the broker (default: A3S_BROKER_URL).")
 @click.option(
     "--concurrency", "-c", type=click.IntRange(1, 256), default=DEFAULT_CONCURRENCY, show_default=True
@@ -61,6 +72,7 @@ def worker_argv(
 @click.option("--hostname", "-n", default=None, help="Worker node name (default: celery@<host>).")
 @click.option("--loglevel", "-l", default="INFO", show_default=True)
 @mcp_config_option
+@click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
 def worker_cmd(
     broker: str | None,
     concurrency: int,
@@ -69,6 +81,7 @@ def worker_cmd(
     hostname: str | None,
     loglevel: str,
     mcp_config: str | None,
+    celery_args: tuple[str, ...],
 ) -> None:
     """Run a fleet worker: `celery worker` with the fleet's app, queue and settings."""
     env = dict(os.environ)
@@ -92,6 +105,7 @@ def worker_cmd(
         queues=queues or settings.queue,
         hostname=hostname,
         loglevel=loglevel,
+        extra=celery_args,
     )
     sys.stdout.flush()
     os.execve(argv[0], argv, env)

@@ -338,7 +338,7 @@ class CeleryRunner:
 
     def _send(self, producer: Any, m: dict[str, Any]) -> None:
         self.app.send_task(
-            TOOL_TASK,
+            m.get("task", TOOL_TASK),  # a subclass may send another job kind (dispatch_agent: a3s.agent)
             kwargs=m["kwargs"],
             task_id=m["task_id"],
             queue=self.settings.queue,

@@ -140,7 +140,7 @@ class FleetAMQP(AMQP):
 
 def make_app(settings: Settings | None = None) -> Celery:
     """A new fleet app with ``a3s.tool`` registered; never the process-wide current app."""
-    from workers import jobs  # the session core and the tools: only when an app is built
+    from workers import agent_jobs, jobs  # the session core and the tools: only when an app is built
 
     settings = settings or Settings()
     app = Celery("a3s", set_as_current=False, amqp=FleetAMQP)
@@ -148,6 +148,7 @@ def make_app(settings: Settings | None = None) -> Celery:
     jobs.register(app, settings)
     # Presence: dispatchers see which queues have live workers; a lost worker's jobs come back at once.
     app.steps["consumer"].add(presence_step(settings))
+    agent_jobs.register(app, settings)  # a3s.agent: agent runs, task children, continuations
     return app
 
 

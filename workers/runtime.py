@@ -110,6 +110,10 @@ class WorkerRuntime:
             )
         return self.session(snapshot, actual)
 
+    def stored_snapshot(self, digest: str) -> dict[str, Any]:
+        """The snapshot stored under ``snapshot:{digest}`` (``transport`` when gone)."""
+        return self._stored_snapshot(digest)
+
     def _stored_snapshot(self, digest: str) -> dict[str, Any]:
         with redis_errors("fleet.snapshot"):
             body = self.client.get(self.keys.snapshot(digest))

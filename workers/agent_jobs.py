@@ -1,0 +1,696 @@
+"""``a3s.agent`` jobs: agent runs on a fleet, never holding a worker slot while they wait (SPEC A-4, X-3, F-3).
+
+One delivery of an ``a3s.agent`` job (``workers.agent_protocol.AgentEnvelope``):
+
+1. validate; count the delivery and read the cancel flags (its own and its ``cancel_keys``): a
+   poison job or a cancelled run ends with a typed failure, reported like any result;
+2. a ``deadline`` job settles its group (``workers.state.suspend``) and, when that completes the fan-in,
+   publishes the continuation — nothing else;
+3. every other kind is one *segment* of an agent run, claimed in the step store under
+   ``(agent_run_id, query digest, seg:<n>)`` (F-3): a segment another delivery completed is recovered,
+   a live one waited for (at most its lease), a new one runs — supervised: the cancel flags are read
+   and the lease renewed every ``CANCEL_POLL_S``, and the fleet's soft time limit bounds it;
+4. a segment ends *finished* — its result is reported (``list``: the waiting orchestrator's run list;
+   ``fanin``: the suspended parent's fan-in, whose completion publishes the parent's continuation;
+   ``event``: a background child's ``subagent_end`` on the parent's stream) — or *suspended*: the run
+   called ``task``; its session snapshot (conversation included, the call pending) is stored by
+   digest, the suspension (``SuspendStore.create``) before any child is published, then the children
+   (``child`` jobs) and their deadlines, and the job ends. A redelivered segment that finds its
+   suspension already stored publishes the same children again (their own step claims absorb the
+   duplicates) instead of running the model again;
+5. the continuation (``resume``) rebuilds the run from the stored snapshot, turns the children's
+   results into each pending ``task`` call's result (``subagent_end`` for each child, exactly once:
+   the segment runs once), and continues the loop — to the end, or to its next suspension.
+
+Children run ``flows.task.children.run_child`` — the embedded code — on a worker, with the worker's
+own model endpoints (A-1). A failed run's job is raised as ``JobFailed`` after its result was
+reported, so Flower shows FAILURE (F-5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+from celery import Celery
+from celery.exceptions import SoftTimeLimitExceeded
+from pydantic import ValidationError
+
+from config.settings import Settings
+from flows.sessions import SessionCore, options_from_snapshot
+from flows.task.children import ChildSpec, run_child
+from flows.task.inprocess import as_tool_result, end_data, start_data
+from flows.task.result import TaskResult, task_outcome
+from flows.task.runs import Finished, RunPlan, Suspended, advance, plan_run
+from flows.task.tool import TASK_CHILDREN_SERVICE, TaskCall
+from kernel.context import ToolContext
+from kernel.errors import Cancelled, InvalidArgument, Timeout, ToolError, Transport
+from kernel.events import Event
+from kernel.result import ToolResult
+from kernel.state import Busy, Completed, StepKey
+from workers.agent_protocol import (
+    AGENT_TASK,
+    TASK_RESULT_TTL_S,
+    AgentEnvelope,
+    EventTarget,
+    FanInTarget,
+    ListTarget,
+    child_task_id,
+    continuation_task_id,
+    suspension_id,
+    task_result_key,
+)
+from workers.jobs import JobFailed, step_lease_ms
+from workers.poison import check_delivery, is_poison, poison_error
+from workers.protocol import job_label, snapshot_digest, snapshot_json
+from workers.runtime import WorkerRuntime, runtime_for
+from workers.state.redis_client import redis_errors
+from workers.state.suspend import SUSPEND_TTL_MS, Group, SuspendStore
+
+CANCEL_POLL_S = 0.25
+LEASE_RENEWALS = 3
+BUSY_POLL_MAX_S = 0.5
+STOP_SETTLE_S = 2.0
+RESULT_REPR_CHARS = 200
+
+
+def register(app: Celery, settings: Settings) -> None:
+    """Register ``a3s.agent`` on ``app`` only (see ``workers.jobs.register``)."""
+
+    @app.task(
+        name=AGENT_TASK,
+        bind=True,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        shared=False,
+        resultrepr_maxsize=RESULT_REPR_CHARS,
+        throws=(JobFailed,),
+        ignore_result=True,
+    )
+    def agent_job(self: Any, envelope: dict[str, Any]) -> dict[str, Any]:
+        info = self.request.delivery_info or {}
+        from workers.jobs import Delivery
+
+        delivery = Delivery(self.request.id, bool(info.get("redelivered")), self.request.hostname or "")
+        summary = run_agent_job(app, envelope, delivery, runtime_for(settings))
+        if summary.get("exit_code") not in (0, None):
+            raise JobFailed.of(summary, summary)  # reported already: only Flower's record changes
+        return summary
+
+
+# ---- one delivery -------------------------------------------------------------------------------
+
+
+def run_agent_job(app: Celery, raw: Any, delivery: Any, rt: WorkerRuntime) -> dict[str, Any]:
+    started = time.monotonic()
+    try:
+        env = AgentEnvelope.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "envelope"
+        err = InvalidArgument(f"invalid agent job envelope at {where}: {first.get('msg')}", path=where)
+        data = ToolResult.failure(AGENT_TASK, err).to_json()
+        _report_raw(rt, raw, delivery, data)
+        return _summary(data)
+    jobs = AgentJobs(app, rt, env, delivery)
+    outcome: dict[str, Any]
+    try:
+        check = check_delivery(rt.client, rt.keys, delivery.task_id)
+        jobs.deliveries = check.deliveries
+        if is_poison(check, rt.settings.max_deliveries):
+            err: ToolError = poison_error(delivery.task_id, check.deliveries, rt.settings.max_deliveries)
+            outcome = jobs.done(ToolResult.failure(AGENT_TASK, err))
+        elif check.cancelled or jobs.cancel_requested():
+            outcome = jobs.done(
+                ToolResult.failure(AGENT_TASK, Cancelled("agent run cancelled", op=AGENT_TASK))
+            )
+        elif env.kind == "deadline":
+            jobs.deadline()
+            return {"name": AGENT_TASK, "exit_code": 0, "kind": "deadline"}
+        else:
+            outcome = jobs.segment(started)
+    except SoftTimeLimitExceeded:
+        ms = int((time.monotonic() - started) * 1000)
+        outcome = jobs.done(
+            ToolResult.failure(
+                AGENT_TASK, Timeout("agent job hit the soft time limit", op=AGENT_TASK, duration_ms=ms)
+            )
+        )
+    except ToolError as err:
+        outcome = jobs.done(ToolResult.failure(AGENT_TASK, err))
+    except Exception as exc:  # a bug or a broken store: still typed data for whoever waits
+        fault = ToolError(f"worker fault: {type(exc).__name__}: {exc}", fault=type(exc).__name__)
+        outcome = jobs.done(ToolResult.failure(AGENT_TASK, fault))
+    return jobs.finish(outcome)
+
+
+def _summary(data: dict[str, Any]) -> dict[str, Any]:
+    kind = data.get("error_kind")
+    return {
+        "name": data.get("name"),
+        "exit_code": data.get("exit_code"),
+        "error_kind": kind.get("type") if isinstance(kind, dict) else kind,
+    }
+
+
+def _report_raw(rt: WorkerRuntime, raw: Any, delivery: Any, data: dict[str, Any]) -> None:
+    """A malformed envelope still answers a waiting orchestrator when it can be named."""
+    report = raw.get("report") if isinstance(raw, dict) else None
+    if isinstance(report, dict) and report.get("type") == "list":
+        run_id, index = report.get("run_id"), report.get("index")
+        if isinstance(run_id, str) and isinstance(index, int):
+            rt.publish(run_id, index, delivery.task_id, 0, data)
+
+
+class AgentJobs:
+    """The work of one delivery (see the module docstring)."""
+
+    def __init__(self, app: Celery, rt: WorkerRuntime, env: AgentEnvelope, delivery: Any) -> None:
+        self.app = app
+        self.rt = rt
+        self.env = env
+        self.delivery = delivery
+        self.deliveries = 0
+        self.store = SuspendStore(rt.client)
+
+    # ---- outcomes -------------------------------------------------------------------------------
+
+    def done(self, result: ToolResult, report: dict[str, Any] | None = None) -> dict[str, Any]:
+        target = report if report is not None else (self.env.report.model_dump() if self.env.report else None)
+        return {"kind": "done", "result": result.to_json(), "report": target}
+
+    def finish(self, outcome: dict[str, Any]) -> dict[str, Any]:
+        """Report a finished run (every path), flush the events; the job's return value."""
+        if outcome.get("kind") != "done":
+            self.rt.events.flush()
+            return {"name": AGENT_TASK, "exit_code": 0, "suspended": outcome.get("sid")}
+        data = outcome["result"]
+        data.setdefault("metadata", {}).setdefault("a3s_fleet", {}).update(
+            {"task_id": self.delivery.task_id, "worker": self.delivery.worker, "delivery": self.deliveries}
+        )
+        self._report(outcome.get("report"), data)
+        return _summary(data)
+
+    def _report(self, target: dict[str, Any] | None, data: dict[str, Any]) -> None:
+        kind = (target or {}).get("type")
+        if kind == "list":
+            t = ListTarget.model_validate(target)
+            self.rt.publish(t.run_id, t.index, self.delivery.task_id, self.deliveries, data)
+            return
+        if kind == "fanin":
+            f = FanInTarget.model_validate(target)
+            result = _task_result_json(data, self.env)
+            rep = self.store.report(f.sid, f.group, f.index, result, bool(result.get("success")))
+            self.rt.events.flush()
+            if rep.settled_now:
+                self._cancel_group(f.sid, f.group)
+            if rep.trigger:
+                self._continue(f.sid)
+            return
+        if kind == "event":
+            e = EventTarget.model_validate(target)
+            result = _task_result_json(data, self.env)
+            with redis_errors("fleet.task_result"):
+                self.rt.client.set(
+                    task_result_key(str(result.get("task_id"))), json.dumps(result), ex=TASK_RESULT_TTL_S
+                )
+            sink = self.rt.events.sink(e.session_id)
+            tr = TaskResult.from_json(result)
+            sink.emit(Event("subagent_end", e.call_id, "task", "agent", _now_ms(), None, end_data(tr, True)))
+        self.rt.events.flush()
+
+    # ---- deadline ---------------------------------------------------------------------------------
+
+    def deadline(self) -> None:
+        assert self.env.sid is not None and self.env.group is not None
+        settled, trigger = self.store.expire_group(self.env.sid, self.env.group)
+        if settled:
+            self._cancel_group(self.env.sid, self.env.group)
+        if trigger:
+            self._continue(self.env.sid)
+
+    def _cancel_group(self, sid: str, group: int) -> None:
+        """A group settled early (first failure, enough successes, deadline): stop its other children."""
+        susp = self.store.load(sid)
+        if susp is None:
+            return
+        groups = susp.state.get("groups") or []
+        if group >= len(groups):
+            return
+        open_ids = [
+            child_task_id(sid, group, int(s["index"]))
+            for s in groups[group]["specs"]
+            if (group, int(s["index"])) not in susp.results
+        ]
+        if not open_ids:
+            return
+        with redis_errors("fleet.cancel"):
+            pipe = self.rt.client.pipeline(transaction=False)
+            for tid in open_ids:
+                pipe.set(self.rt.keys.cancel(tid), 1, px=SUSPEND_TTL_MS)
+            pipe.execute()
+
+    def _continue(self, sid: str) -> None:
+        """Publish the continuation of suspension ``sid`` (once its fan-in is complete)."""
+        susp = self.store.load(sid)
+        if susp is None:
+            return
+        st = susp.state
+        env = AgentEnvelope(
+            kind="resume",
+            agent_run_id=st["agent_run_id"],
+            segment=int(st["segment_next"]),
+            sid=sid,
+            cancel_keys=list(st.get("cancel_keys") or []),
+            description=str(st.get("description") or "")[:500],
+        )
+        label = job_label(
+            st.get("label_run_id") or st["agent_run_id"],
+            st.get("label_slot", 0),
+            f"{st.get('description') or 'agent run'} (continued)",
+            task=AGENT_TASK,
+            agent=st.get("agent"),
+            segment=env.segment,
+        )
+        self._send(env, continuation_task_id(env.agent_run_id, env.segment), label)
+        self.store.mark_sent(sid)
+
+    def _send(self, env: AgentEnvelope, task_id: str, label: Any, countdown: float | None = None) -> None:
+        self.app.send_task(
+            AGENT_TASK,
+            kwargs={"envelope": env.model_dump(mode="json", exclude_none=True)},
+            task_id=task_id,
+            queue=self.rt.settings.queue,
+            ignore_result=True,
+            countdown=countdown,
+            **label.send_options(),
+        )
+
+    def cancel_requested(self) -> bool:
+        keys = [self.rt.keys.cancel(k) for k in (self.delivery.task_id, *self.env.cancel_keys)]
+        with redis_errors("fleet.cancel"):
+            return bool(self.rt.client.exists(*keys))
+
+    # ---- a segment --------------------------------------------------------------------------------
+
+    def segment(self, started: float) -> dict[str, Any]:
+        env, rt = self.env, self.rt
+        key = StepKey(env.agent_run_id, env.query_digest(), f"seg:{env.segment}")
+        lease = step_lease_ms(rt.settings)
+        deadline = started + rt.settings.job_soft_time_limit_s
+        while True:
+            claim = rt.steps.claim(key, lease_ms=lease)
+            if isinstance(claim, Completed):
+                return dict(claim.result)  # recovered: report it again (idempotent on every target)
+            if not isinstance(claim, Busy):
+                break
+            if time.monotonic() + claim.retry_after_ms / 1000 > deadline:
+                raise Timeout("agent segment is held by another delivery", op="step_claim", duration_ms=0)
+            time.sleep(min(BUSY_POLL_MAX_S, max(0.01, claim.retry_after_ms / 1000)))
+        outcome = rt.drive(self._supervise(self._execute(), key, claim.attempt, lease, deadline))
+        try:
+            rt.steps.complete(key, claim.attempt, outcome)
+        except InvalidArgument:  # too big for the step store: a redelivery runs the segment again
+            rt.steps.fail(key, claim.attempt, {"type": "invalid_argument", "reason": "result_too_large"})
+        except ToolError:
+            pass  # fenced off: another delivery owns the segment now
+        return outcome
+
+    async def _supervise(
+        self,
+        coro: Coroutine[Any, Any, dict[str, Any]],
+        key: StepKey,
+        attempt: int,
+        lease: int,
+        deadline: float,
+    ) -> dict[str, Any]:
+        task = asyncio.ensure_future(coro)
+        renew_at = time.monotonic() + lease / 1000 / LEASE_RENEWALS
+        while True:
+            await asyncio.wait([task], timeout=max(0.0, min(CANCEL_POLL_S, deadline - time.monotonic())))
+            if task.done():
+                return task.result()
+            self.rt.events.flush()
+            stop: ToolError | None = None
+            if time.monotonic() >= deadline:
+                stop = Timeout(
+                    "agent job hit the fleet's soft time limit",
+                    op=AGENT_TASK,
+                    duration_ms=int(self.rt.settings.job_soft_time_limit_s * 1000),
+                )
+            else:
+                try:
+                    if self.cancel_requested():
+                        stop = Cancelled("agent run cancelled", op=AGENT_TASK)
+                except Transport:
+                    pass
+            if stop is not None:
+                task.cancel()
+                await asyncio.wait([task], timeout=STOP_SETTLE_S)
+                return self.done(ToolResult.failure(AGENT_TASK, stop), self._report_target())
+            if time.monotonic() >= renew_at:
+                try:
+                    self.rt.steps.renew(key, attempt, lease_ms=lease)
+                    renew_at = time.monotonic() + lease / 1000 / LEASE_RENEWALS
+                except Transport:
+                    pass
+
+    def _report_target(self) -> dict[str, Any] | None:
+        if self.env.kind == "resume" and self.env.sid:
+            susp = self.store.load(self.env.sid)
+            return susp.state.get("report") if susp else None
+        return self.env.report.model_dump() if self.env.report else None
+
+    async def _execute(self) -> dict[str, Any]:
+        env = self.env
+        if env.kind == "child":
+            return await self._child()
+        if env.kind == "run":
+            snapshot = env.snapshot if env.snapshot is not None else self._stored(env.snapshot_digest or "")
+            assert env.run is not None
+            return await self._drive(snapshot, None, env.report.model_dump() if env.report else None)
+        return await self._resume()
+
+    async def _child(self) -> dict[str, Any]:
+        env = self.env
+        assert env.child is not None and env.child_session_id is not None and env.snapshot_digest
+        spec = ChildSpec.from_json(env.child)
+        parent = self._stored(env.snapshot_digest)
+        options = options_from_snapshot(parent, {})
+        sink = self.rt.events.sink(env.child_session_id)
+        result = await run_child(
+            self.rt.factory, parent["workspace"], options, spec, session_id=env.child_session_id, sinks=[sink]
+        )
+        return self.done(as_tool_result("task", result))
+
+    async def _resume(self) -> dict[str, Any]:
+        env = self.env
+        assert env.sid is not None
+        susp = self.store.load(env.sid)
+        if susp is None:
+            raise Transport(
+                f"fleet: suspended run {env.sid} is no longer in redis (expired or lost)", op="redis"
+            )
+        st = susp.state
+        snapshot = self._stored(st["snapshot_digest"])
+        resume = {"susp": susp}
+        return await self._drive(snapshot, resume, st.get("report"))
+
+    async def _drive(
+        self, snapshot: dict[str, Any], resume: dict[str, Any] | None, report: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """Run (or resume) the loop for this segment; finish, or suspend on pending ``task`` calls."""
+        env = self.env
+        sid = suspension_id(env.agent_run_id, env.segment)
+        existing = self.store.load(sid)
+        if existing is not None:  # a redelivered segment that had suspended: publish its children again
+            self._publish_children(existing.state)
+            return {"kind": "suspended", "sid": sid}
+        children = SuspendingChildren(self)
+        core = self._parent_core(snapshot, children)
+        children.core = core
+        try:
+            if resume is None:
+                assert env.run is not None
+                try:
+                    plan = self._plan(core)
+                except ToolError as err:
+                    return self.done(ToolResult.failure("agent", err), report)
+                outcome = await advance(core, plan, prompt=env.run.prompt)
+            else:
+                st = resume["susp"].state
+                plan = RunPlan.from_json(st["plan"])
+                tool_results = self._gather(core, resume["susp"])
+                outcome = await advance(core, plan, prompt=None, tool_results=tool_results)
+            if isinstance(outcome, Finished):
+                return self.done(outcome.to_tool_result(), report)
+            return self._suspend(core, plan, outcome, children, sid, report)
+        finally:
+            await core.aclose()
+
+    def _plan(self, core: SessionCore) -> RunPlan:
+        req = self.env.run
+        assert req is not None
+        return plan_run(
+            core,
+            req.prompt,
+            agent=req.agent,
+            max_steps=req.max_steps,
+            output_schema=req.output_schema,
+            model=req.model,
+        )
+
+    def _parent_core(self, snapshot: dict[str, Any], children: SuspendingChildren) -> SessionCore:
+        sid = str(snapshot.get("session_id"))
+        services = {"event_sink": self.rt.events.sink(sid), TASK_CHILDREN_SERVICE: children}
+        return self.rt.factory.resume(snapshot, options_from_snapshot(snapshot, services))
+
+    def _stored(self, digest: str) -> dict[str, Any]:
+        return self.rt.stored_snapshot(digest)
+
+    # ---- suspending -------------------------------------------------------------------------------
+
+    def _suspend(
+        self,
+        core: SessionCore,
+        plan: RunPlan,
+        outcome: Suspended,
+        children: SuspendingChildren,
+        sid: str,
+        report: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        env = self.env
+        model_ids = _model_call_ids(outcome.run, core)
+        snapshot = core.snapshot()
+        body = snapshot_json(snapshot)
+        digest = snapshot_digest(body)
+        with redis_errors("fleet.snapshot"):
+            self.rt.client.set(self.rt.keys.snapshot(digest), body, px=SUSPEND_TTL_MS)
+        groups = []
+        for call in children.pending:
+            groups.append(
+                {
+                    "call_id": call.call_id,
+                    "model_call_id": model_ids.get(call.call_id) or "",
+                    "tool": call.tool,
+                    "allow_partial_failure": call.allow_partial_failure,
+                    "min_success_count": call.min_success_count,
+                    "timeout_ms": call.timeout_ms,
+                    "specs": [s.to_json() for s in call.specs],
+                }
+            )
+        root = self._root()
+        state = {
+            "agent_run_id": env.agent_run_id,
+            "segment_next": env.segment + 1,
+            "snapshot_digest": digest,
+            "session_id": core.id,
+            "plan": plan.to_json(),
+            "report": report,
+            "cancel_keys": root,
+            "description": env.description,
+            "agent": (env.run.agent if env.run else None) or "general",
+            "label_run_id": (report or {}).get("run_id") or env.agent_run_id,
+            "label_slot": (report or {}).get("index", 0),
+            "groups": groups,
+        }
+        rules = [
+            Group(
+                total=len(g["specs"]),
+                need=(g["min_success_count"] or 1) if g["allow_partial_failure"] else len(g["specs"]),
+                partial=bool(g["allow_partial_failure"]),
+            )
+            for g in groups
+        ]
+        self.store.create(sid, state, rules)
+        for g in groups:
+            for s in g["specs"]:
+                data = start_data(ChildSpec.from_json(s), _child_session(core.id, s["task_id"]))
+                core.kernel.sink.emit(
+                    Event("subagent_start", g["call_id"], g["tool"], "agent", _now_ms(), None, data)
+                )
+        self._publish_children(state)
+        return {"kind": "suspended", "sid": sid}
+
+    def _root(self) -> list[str]:
+        """The cancel keys children and continuations inherit: this run's first job's task id."""
+        keys = list(self.env.cancel_keys)
+        if self.env.kind == "run" and self.delivery.task_id not in keys:
+            keys.append(self.delivery.task_id)
+        return keys[-8:]
+
+    def _publish_children(self, state: dict[str, Any]) -> None:
+        sid = suspension_id(state["agent_run_id"], int(state["segment_next"]) - 1)
+        for j, g in enumerate(state["groups"]):
+            for s in g["specs"]:
+                i = int(s["index"])
+                tid = child_task_id(sid, j, i)
+                env = AgentEnvelope(
+                    kind="child",
+                    agent_run_id=tid,
+                    snapshot_digest=state["snapshot_digest"],
+                    child=s,
+                    child_session_id=_child_session(state["session_id"], s["task_id"]),
+                    report=FanInTarget(sid=sid, group=j, index=i),
+                    cancel_keys=list(state.get("cancel_keys") or []),
+                    description=str(s.get("description") or "")[:500],
+                )
+                label = job_label(
+                    g["call_id"],
+                    i,
+                    str(s.get("description") or ""),
+                    task=AGENT_TASK,
+                    agent=s["agent"]["name"],
+                    parent_run_id=state.get("label_run_id"),
+                )
+                self._send(env, tid, label)
+            if g.get("timeout_ms"):
+                env = AgentEnvelope(kind="deadline", agent_run_id=f"{sid}:g{j}", sid=sid, group=j)
+                label = job_label(g["call_id"], f"deadline g{j}", "task deadline", task=AGENT_TASK)
+                self._send(env, f"{sid}:g{j}:deadline", label, countdown=g["timeout_ms"] / 1000)
+
+    # ---- resuming ---------------------------------------------------------------------------------
+
+    def _gather(self, core: SessionCore, susp: Any) -> dict[str, ToolResult]:
+        """Each pending ``task`` call's result from its children's (one ``subagent_end`` per child)."""
+        out: dict[str, ToolResult] = {}
+        for j, g in enumerate(susp.state["groups"]):
+            settled = susp.settled.get(j, "")
+            results = []
+            for s in g["specs"]:
+                spec = ChildSpec.from_json(s)
+                raw = susp.results.get((j, spec.index))
+                if raw is not None:
+                    tr = TaskResult.from_json(raw)
+                else:
+                    tr = TaskResult.aborted(
+                        task_id=spec.task_id,
+                        index=spec.index,
+                        agent=spec.agent.name,
+                        description=spec.description,
+                        session_id=_child_session(susp.state["session_id"], spec.task_id),
+                        completion="timed_out" if settled == "timed_out" else "cancelled",
+                        duration_ms=int(g.get("timeout_ms") or 0) if settled == "timed_out" else 0,
+                    )
+                results.append(tr)
+                core.kernel.sink.emit(
+                    Event("subagent_end", g["call_id"], g["tool"], "agent", _now_ms(), None, end_data(tr))
+                )
+            result = task_outcome(
+                g["tool"],
+                results,
+                allow_partial_failure=bool(g["allow_partial_failure"]),
+                min_success_count=g.get("min_success_count"),
+                timed_out=settled == "timed_out",
+            )
+            result.output, result.metadata = core.kernel.projector.project(
+                g["tool"], result.output, result.metadata
+            )
+            out[g["model_call_id"]] = result
+        return out
+
+
+class SuspendingChildren:
+    """``task_children`` of a run that is a fleet job: record the call and suspend (never wait).
+
+    A foreground call returns a result carrying ``a3s_suspend``: the loop ends the turn and leaves the
+    call pending; the job stores the run and publishes the children. A background call publishes its
+    child at once (its result goes to the parent's session stream and the result key) and returns the
+    handle: nothing waits for it.
+    """
+
+    def __init__(self, jobs: AgentJobs) -> None:
+        self.jobs = jobs
+        self.pending: list[TaskCall] = []
+        self.core: SessionCore | None = None  # set once the run's session is built
+
+    async def run(self, ctx: ToolContext, call: TaskCall) -> ToolResult:
+        if call.background:
+            return self._background(ctx, call)
+        self.pending.append(call)
+        n = len(call.specs)
+        return ToolResult(
+            call.tool,
+            f"Waiting for {n} child run(s); this run resumes when they finish.",
+            0,
+            {"a3s_suspend": {"call_id": call.call_id, "children": n}},
+        )
+
+    def _background(self, ctx: ToolContext, call: TaskCall) -> ToolResult:
+        spec = call.specs[0]
+        jobs = self.jobs
+        session = _child_session(ctx.session_id, spec.task_id)
+        # The child needs the parent's rules and limits: this session's snapshot, stored by digest.
+        assert self.core is not None
+        body = snapshot_json(self.core.snapshot())
+        digest = snapshot_digest(body)
+        with redis_errors("fleet.snapshot"):
+            jobs.rt.client.set(jobs.rt.keys.snapshot(digest), body, px=SUSPEND_TTL_MS)
+        env = AgentEnvelope(
+            kind="child",
+            agent_run_id=f"{ctx.session_id}:{spec.task_id}",
+            snapshot_digest=digest,
+            child=spec.to_json(),
+            child_session_id=session,
+            report=EventTarget(session_id=ctx.session_id, call_id=call.call_id),
+            cancel_keys=jobs._root(),
+            description=spec.description[:500],
+        )
+        label = job_label(
+            call.call_id, 0, spec.description, task=AGENT_TASK, agent=spec.agent.name, background=True
+        )
+        jobs._send(env, env.agent_run_id, label)
+        emitter = ctx.emit_event
+        if emitter is not None:
+            emitter("subagent_start", start_data(spec, session, background=True))
+        handle = {
+            "task_id": spec.task_id,
+            "session_id": session,
+            "agent": spec.agent.name,
+            "description": spec.description,
+        }
+        return ToolResult.success(
+            call.tool,
+            f"Started background task {spec.task_id} ({spec.agent.name}: {spec.description}) on the fleet.",
+            {"background_task": handle},
+        )
+
+
+def _child_session(parent_session: str, task_id: str) -> str:
+    return f"{parent_session}.{task_id}"
+
+
+def _task_result_json(data: dict[str, Any], env: AgentEnvelope) -> dict[str, Any]:
+    """The ``TaskResult`` JSON a child job's result carries (or a failure synthesised from it)."""
+    meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+    found = meta.get("task_result") if isinstance(meta, dict) else None
+    if isinstance(found, dict):
+        return found
+    spec = ChildSpec.from_json(env.child) if env.child else None
+    aborted = TaskResult.aborted(
+        task_id=spec.task_id if spec else env.agent_run_id,
+        index=spec.index if spec else 0,
+        agent=spec.agent.name if spec else "",
+        description=spec.description if spec else "",
+        session_id=env.child_session_id or "",
+        completion="failed",
+        error_kind=data.get("error_kind") if isinstance(data.get("error_kind"), dict) else None,
+    )
+    return aborted.to_json()
+
+
+def _model_call_ids(run: Any, core: SessionCore) -> dict[str, str]:
+    """Kernel call id → the model's tool-call id, for the calls a suspended run left pending."""
+    ids = {
+        r.call_id: r.model_call_id
+        for r in getattr(run, "tool_calls", [])
+        if getattr(r, "model_call_id", None)
+    }
+    return ids
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
