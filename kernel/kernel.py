@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
@@ -153,11 +153,14 @@ class Kernel:
         call_id: str | None = None,
         deadline: float | None = None,
         tags: dict[str, Any] | None = None,
+        scope: Iterable[str] | None = None,
     ) -> ToolResult:
         """A model tool call: full policy and confirmation. The agent loop passes the run's
-        ``deadline`` (event-loop time) and ``tags`` that ``tool_start`` carries (model call id, step)."""
+        ``deadline`` (event-loop time) and ``tags`` that ``tool_start`` carries (model call id, step);
+        ``scope`` restricts the names the call may resolve (a sub-agent's tools: anything else is
+        ``not_found``, K-3), nested calls included."""
         return await self._top_level(
-            name, args, Origin.AGENT, None, call_id=call_id, deadline=deadline, tags=tags
+            name, args, Origin.AGENT, None, call_id=call_id, deadline=deadline, tags=tags, scope=scope
         )
 
     async def _top_level(
@@ -170,6 +173,7 @@ class Kernel:
         call_id: str | None = None,
         deadline: float | None = None,
         tags: dict[str, Any] | None = None,
+        scope: Iterable[str] | None = None,
     ) -> ToolResult:
         inv = Invocation(
             name,
@@ -177,7 +181,7 @@ class Kernel:
             origin,
             plane,
             call_id or self.ids("call"),
-            self.registry.scoped(),
+            self.registry.scoped(scope),
             deadline=deadline,
             tags=tags,
         )

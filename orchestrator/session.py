@@ -456,6 +456,53 @@ class Session(AgentRuns):
             args["max_concurrency"] = max_concurrency
         return self.tool("batch", args)
 
+    # ---- sub-agents (X-3, X-4; issue 9; docs/agents.md) ----------------------------------------
+
+    def task(self, options: dict[str, Any] | None = None, **kwargs: Any) -> ToolResult:
+        """One child run: ``{agent, description, prompt, background?, max_steps?, output_schema?}``
+        (camelCase ``maxSteps``/``outputSchema``/``timeoutMs`` accepted), as ``task`` with one item. A
+        trusted host-direct call of ``task``; the child itself starts at ``agent`` origin (K-2).
+        With ``background=True`` the result's ``metadata["background_task"]`` is the handle."""
+        from flows.task.schema import normalize_task_options
+
+        return self._task_call(normalize_task_options({**(options or {}), **kwargs}))
+
+    def tasks(self, items: list[dict[str, Any]], **options: Any) -> ToolResult:
+        """1–32 child runs at once (``task`` with ``tasks=items``); ``allow_partial_failure``,
+        ``min_success_count``, ``timeout_ms`` as keyword arguments. ``auto_parallel`` settings never
+        disable this (X-4)."""
+        return self._task_call({"tasks": list(items), **options})
+
+    def delegate_task(
+        self,
+        agent: str,
+        description: str,
+        prompt: str,
+        background: bool = False,
+        max_steps: int | None = None,
+    ) -> ToolResult:
+        item: dict[str, Any] = {"agent": agent, "description": description, "prompt": prompt}
+        if background:
+            item["background"] = True
+        if max_steps is not None:
+            item["max_steps"] = max_steps
+        return self._task_call({"tasks": [item]})
+
+    def _task_call(self, args: dict[str, Any]) -> ToolResult:
+        # Always this session's own kernel: on a fleet the task runner sends the *children* to the
+        # workers (each an a3s.agent job) while the parent waits here, holding no worker slot.
+        return self._wait(self.kernel.invoke_host("task", args), "task")
+
+    def task_result(self, task_id: str, timeout: float | None = None) -> dict[str, Any]:
+        """A background child's ``TaskResult`` (JSON): at once when it ended, else waited for
+        (``timeout`` seconds; ``timeout`` error when it has not finished). ``not_found`` for an
+        unknown task id. The same result also arrives as the ``subagent_end`` event."""
+        runner = self.kernel.services.get("task_children")
+        if runner is None:
+            raise error_from_kind({"type": "unsupported"}, "this session has no task runner")
+        result = self._loop.run(runner.result(task_id, timeout))
+        return result.to_json()
+
 
 def _text(result: ToolResult) -> str:
     if result.exit_code != 0:

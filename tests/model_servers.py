@@ -33,7 +33,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -77,8 +77,16 @@ class _ScriptedServer(abc.ABC):
     env_names: tuple[str, str] = ("", "")
 
     def __init__(
-        self, turns: Iterable[dict[str, Any]] = (), *, repeat_last: bool = False, arg_chunks: int = 3
+        self,
+        turns: Iterable[dict[str, Any]] = (),
+        *,
+        repeat_last: bool = False,
+        arg_chunks: int = 3,
+        route: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
     ):
+        # ``route(body) -> turn``: choose the answer from the request itself instead of the script's
+        # order (concurrent conversations — sub-agents — whose requests interleave).
+        self.route = route
         self._turns: deque[dict[str, Any]] = deque(turns)
         self._last: dict[str, Any] | None = None
         self.repeat_last = repeat_last
@@ -160,7 +168,7 @@ class _ScriptedServer(abc.ABC):
             self.requests.append(SeenRequest(h.path, {k.lower(): v for k, v in h.headers.items()}, body))
         if h.path.split("?")[0] != self.api_path:
             return self._json(h, 404, self._error_body("not_found_error", f"no route {h.path}"))
-        turn = self._next()
+        turn = self.route(body) if self.route is not None else self._next()
         if turn is None:
             return self._json(h, 500, self._error_body("api_error", "scripted server: script exhausted"))
         if turn.get("delay_s"):

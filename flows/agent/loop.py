@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from flows.agent.conversation import Conversation
@@ -75,8 +75,11 @@ class _Run:
         deadline: float | None,
         stream: bool,
         system: str | None,
+        tools: Collection[str] | None = None,
     ) -> None:
         self.core = core
+        # The run's surface: the tools offered to the model and the only ones its calls resolve.
+        self.tools = frozenset(tools) if tools is not None else None
         self.kernel = core.kernel
         self.conversation: Conversation = core.conversation
         self.provider = provider
@@ -159,7 +162,11 @@ class _Run:
         request = ModelRequest(
             messages=self.conversation.messages,
             system=self.system,
-            tools=[ToolDef(d["name"], d["description"], d["parameters"]) for d in k.registry.definitions()],
+            tools=[
+                ToolDef(d["name"], d["description"], d["parameters"])
+                for d in k.registry.definitions()
+                if self.tools is None or d["name"] in self.tools
+            ],
             stream=self.stream,
             deadline=self.deadline,
         )
@@ -186,7 +193,8 @@ class _Run:
         notes = notes_for(calls)
         to_run = [c for c in calls if c.id not in given]
         outcomes = {
-            o.call.id: o for o in await run_tool_calls(self.kernel, to_run, self.steps, self.deadline)
+            o.call.id: o
+            for o in await run_tool_calls(self.kernel, to_run, self.steps, self.deadline, self.tools)
         }
         suspended = False
         for call in calls:  # results go back in the order the model asked
@@ -253,6 +261,7 @@ async def run_agent(
     stream: bool = True,
     system: str | None = None,
     tool_results: dict[str, ToolResult] | None = None,
+    tools: Collection[str] | None = None,
 ) -> RunResult:
     """Run one prompt (or, with ``prompt=None``, continue the stored conversation) on ``core``
     (a ``flows.sessions.SessionCore``); must run on the session's loop. See the module docstring."""
@@ -264,7 +273,17 @@ async def run_agent(
         try:
             with kernel.cancel_scope():  # K-6: closing the session cancels the run
                 return await _supervise(
-                    core, run_id, prompt, model, max_steps, cancel, timeout_ms, stream, system, tool_results
+                    core,
+                    run_id,
+                    prompt,
+                    model,
+                    max_steps,
+                    cancel,
+                    timeout_ms,
+                    stream,
+                    system,
+                    tool_results,
+                    tools,
                 )
         finally:
             if unsubscribe is not None:
@@ -282,6 +301,7 @@ async def _supervise(
     stream: bool,
     system: str | None,
     tool_results: dict[str, ToolResult] | None,
+    tools: Collection[str] | None = None,
 ) -> RunResult:
     kernel = core.kernel
     loop = asyncio.get_running_loop()
@@ -304,7 +324,7 @@ async def _supervise(
         )
         _emit_end(kernel, run_id, failed)
         return failed
-    run = _Run(core, provider, run_id, max_steps, deadline, stream, system)
+    run = _Run(core, provider, run_id, max_steps, deadline, stream, system, tools)
     run.emit(
         "run_start", {"run_id": run_id, "model": provider.name, "max_steps": max_steps, "stream": stream}
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,11 +61,13 @@ def tool_message(call: ToolCall, result: ToolResult, note: str | None = None) ->
     return Message("tool", content, tool_call_id=call.id, name=call.name)
 
 
-def _safe_together(kernel: Kernel, calls: list[tuple[ToolCall, Any]]) -> int:
+def _safe_together(
+    kernel: Kernel, calls: list[tuple[ToolCall, Any]], tools: Collection[str] | None = None
+) -> int:
     """How many calls may run at once: >1 only when every call is declared parallel-safe (K-5)."""
     if len(calls) < 2:
         return 1
-    scope = kernel.registry.scoped()
+    scope = kernel.registry.scoped(tools)
     limit = len(calls)
     for call, args in calls:
         caps = kernel.capabilities_of(scope, call.name, args)
@@ -79,9 +82,11 @@ async def run_tool_calls(
     calls: list[ToolCall],
     step: int,
     deadline: float | None,
+    tools: Collection[str] | None = None,
 ) -> list[CallOutcome]:
+    """``tools``: the run's surface (a sub-agent's); a call outside it is ``not_found``."""
     parsed = [(call, *parse_arguments(call.arguments)) for call in calls]
-    width = _safe_together(kernel, [(c, a) for c, a, _ in parsed])
+    width = _safe_together(kernel, [(c, a) for c, a, _ in parsed], tools)
 
     async def one(call: ToolCall, args: Any) -> CallOutcome:
         loop = asyncio.get_running_loop()
@@ -93,6 +98,7 @@ async def run_tool_calls(
             call_id=call_id,
             deadline=deadline,
             tags={"model_call_id": call.id, "step": step},
+            scope=tools,
         )
         record = ToolCallRecord(
             call.name,

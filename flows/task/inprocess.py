@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import concurrent.futures
 import contextlib
 from typing import Any
 
@@ -25,7 +26,8 @@ from kernel.context import ToolContext
 from kernel.errors import NotFound, Timeout
 from kernel.result import ToolResult
 
-BACKGROUND_KEEP = 256  # finished background results kept per session for task_result()
+BACKGROUND_KEEP = 256
+CLOSE_SETTLE_S = 5.0  # finished background results kept per session for task_result()
 
 
 def emit(ctx: ToolContext, type_: str, data: dict[str, Any]) -> None:
@@ -241,10 +243,30 @@ class ChildFanOut(abc.ABC):
         return list(self._background)
 
     def close(self) -> None:
-        """K-6: the session closes — its background children are cancelled (each still ends once)."""
-        for task in list(self._background.values()):
-            with contextlib.suppress(RuntimeError):  # the loop is already closed: nothing runs
-                task.get_loop().call_soon_threadsafe(task.cancel)
+        """K-6: the session closes — its background children are cancelled and settled (each still
+        ends with one ``subagent_end``) before this returns, unless called from their own loop."""
+        tasks = list(self._background.values())
+        if not tasks:
+            return
+        loop = tasks[0].get_loop()
+        if loop.is_closed():
+            return
+
+        async def cancel_all() -> None:
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks, timeout=CLOSE_SETTLE_S)
+
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            for task in tasks:
+                task.cancel()
+            return
+        with contextlib.suppress(concurrent.futures.TimeoutError, RuntimeError):
+            asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(timeout=CLOSE_SETTLE_S + 1)
 
 
 class InProcessChildren(ChildFanOut):

@@ -132,7 +132,7 @@ def plan_run(
         return RunPlan(
             prompt=prompt,
             max_steps=max_steps or definition.max_steps or DEFAULT_MAX_STEPS,
-            model=model or definition.model or core.kernel.session_state.get("model"),
+            model=model or definition.model or core.model,
             system=definition.system_prompt,
             tools=tools,
             output_schema=output_schema,
@@ -140,7 +140,7 @@ def plan_run(
     return RunPlan(
         prompt=prompt,
         max_steps=max_steps or DEFAULT_MAX_STEPS,
-        model=model or core.kernel.session_state.get("model"),
+        model=model or core.model,
         output_schema=output_schema,
     )
 

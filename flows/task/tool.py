@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from flows.agent.conversation import MODEL_STATE_KEY
 from flows.task.children import ChildSpec, plan_children
 from flows.task.schema import ParallelTaskParams, TaskParams
 from kernel.context import ToolContext
@@ -69,7 +70,7 @@ def plan_call(ctx: ToolContext, tool: str, params: TaskParams | ParallelTaskPara
         ctx.workspace,
         params.tasks,
         call_id=ctx.call_id,
-        parent_model=ctx.session_state.get("model"),
+        parent_model=ctx.session_state.get(MODEL_STATE_KEY),
         budget=getattr(options, "budget", None),
         budget_used=used,
         now_ms=ctx.clock.now_ms(),
