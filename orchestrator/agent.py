@@ -156,6 +156,12 @@ class Agent:
             from orchestrator.dispatch_workflow import fleet_workflow_services
 
             core.kernel.services.update(fleet_workflow_services(session.runner, self.settings))
+            # Sub-agents: every `task` child is an a3s.agent job; the parent waits here (issue 9).
+            from orchestrator.dispatch_agent import fleet_task_services
+
+            tasks = fleet_task_services(self.fleet_app(), session.snapshot, self.settings, session.id)
+            core.kernel.services.update(tasks)
+            core.on_close(tasks["task_children"].close)
         self._sessions.append(session)
         return session
 
@@ -167,9 +173,11 @@ class Agent:
 
     def _close_session(self, session: Session) -> None:
         session.close()
-        aclose = getattr(session.runner, "aclose", None)
-        if aclose is not None:  # the fleet runner's Redis connections live on this loop
-            self._loop.run(aclose(), timeout=5)
+        agent_jobs = session.kernel.services.get("agent_job_runner")
+        for runner in (session.runner, agent_jobs):
+            aclose = getattr(runner, "aclose", None)
+            if aclose is not None:  # the fleet runners' Redis connections live on this loop
+                self._loop.run(aclose(), timeout=5)
 
     def close(self) -> None:
         """Close every session (cancelling running calls, K-6), the fleet connection, then the loop

@@ -179,8 +179,17 @@ class AgentJobs:
     # ---- outcomes -------------------------------------------------------------------------------
 
     def done(self, result: ToolResult, report: dict[str, Any] | None = None) -> dict[str, Any]:
-        target = report if report is not None else (self.env.report.model_dump() if self.env.report else None)
+        target = report if report is not None else self._own_report()
         return {"kind": "done", "result": result.to_json(), "report": target}
+
+    def _own_report(self) -> dict[str, Any] | None:
+        """This job's report target; a ``list`` target remembers the task id the orchestrator waits on."""
+        if self.env.report is None:
+            return None
+        target = self.env.report.model_dump()
+        if target.get("type") == "list":
+            target["task_id"] = self.delivery.task_id
+        return target
 
     def finish(self, outcome: dict[str, Any]) -> dict[str, Any]:
         """Report a finished run (every path), flush the events; the job's return value."""
@@ -197,8 +206,11 @@ class AgentJobs:
     def _report(self, target: dict[str, Any] | None, data: dict[str, Any]) -> None:
         kind = (target or {}).get("type")
         if kind == "list":
-            t = ListTarget.model_validate(target)
-            self.rt.publish(t.run_id, t.index, self.delivery.task_id, self.deliveries, data)
+            t = ListTarget.model_validate({k: v for k, v in target.items() if k != "task_id"})
+            # The waiting orchestrator knows the branch by its first job's task id; a suspended run's
+            # result comes from a continuation job, which names that first id.
+            origin = str(target.get("task_id") or self.delivery.task_id) if target else self.delivery.task_id
+            self.rt.publish(t.run_id, t.index, origin, self.deliveries, data)
             return
         if kind == "fanin":
             f = FanInTarget.model_validate(target)
@@ -362,7 +374,7 @@ class AgentJobs:
         if self.env.kind == "resume" and self.env.sid:
             susp = self.store.load(self.env.sid)
             return susp.state.get("report") if susp else None
-        return self.env.report.model_dump() if self.env.report else None
+        return self._own_report()
 
     async def _execute(self) -> dict[str, Any]:
         env = self.env
@@ -371,7 +383,7 @@ class AgentJobs:
         if env.kind == "run":
             snapshot = env.snapshot if env.snapshot is not None else self._stored(env.snapshot_digest or "")
             assert env.run is not None
-            return await self._drive(snapshot, None, env.report.model_dump() if env.report else None)
+            return await self._drive(snapshot, None, self._own_report())
         return await self._resume()
 
     async def _child(self) -> dict[str, Any]:

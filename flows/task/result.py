@@ -193,7 +193,9 @@ class TaskResult:
         completion = data.get("completion")
         if completion not in COMPLETIONS:
             completion = "failed"
-        output, omitted = bound_output(str(data.get("output") or ""))
+        output, omitted = str(data.get("output") or ""), 0
+        if len(output) > MAX_OUTPUT_CHARS:  # already-bounded output (head + marker + tail) stays as is
+            output, omitted = bound_output(output)
         kind = data.get("error_kind")
         return cls(
             task_id=str(data.get("task_id") or ""),

@@ -193,6 +193,8 @@ async def advance(
     """One segment of the run (see the module docstring)."""
     from flows.agent import run_agent  # the agent loop (issue 8)
 
+    if plan.model and core.model != plan.model:
+        core.model = plan.model  # the session's model from now on: its children inherit it (A-1: a name)
     left = plan.max_steps - plan.steps_used
     if left < 1:
         err = BudgetExhausted(

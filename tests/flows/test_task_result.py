@@ -55,6 +55,8 @@ def test_x3_task_result_round_trips_and_is_bounded_again_after_crossing_redis() 
     r = child(3, text="ok", structured={"n": 1}, has_structured=True, steps=2)
     again = TaskResult.from_json(r.to_json())
     assert again == r
+    cut = child(4, text="x" * 20_000)
+    assert TaskResult.from_json(cut.to_json()).output == cut.output  # bounding is idempotent
     data = r.to_json()
     data["output"] = "z" * 50_000
     data["source_anchors"] = [f"a{i}" for i in range(500)]

@@ -1,0 +1,338 @@
+"""Sub-agents and batch agent jobs on real workers over a real Redis, models over the OpenAI wire
+format (a scripted loopback server the workers reach with their own environment) (SPEC A-4, A-5,
+X-3, F-1, F-3, F-5, A-1).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernel.options import SessionOptions
+from kernel.policy import PermissionPolicy
+from orchestrator.batch import BatchRequest, run_batch
+from tests.model_servers import ScriptedOpenAIServer
+from tests.task_support import by_prompt, first_user_text, item, task_call, tool_messages
+
+from .conftest import BIN, ROOT, FleetEnv, WorkerFactory
+
+pytestmark = pytest.mark.fleet
+
+MODEL = "openai:fleet-test"
+
+
+class Model:
+    def __init__(self) -> None:
+        self.scripts: dict[str, list[dict[str, Any]]] = {}
+        self.server = ScriptedOpenAIServer(route=by_prompt(self.scripts))
+
+    def env(self, fleet: FleetEnv, **extra: str) -> FleetEnv:
+        return fleet.with_overrides(**{**self.server.env(), **extra})
+
+    def bodies(self, key: str) -> list[dict[str, Any]]:
+        return [r.body for r in self.server.requests if key in first_user_text(r.body)]
+
+
+@pytest.fixture()
+def model() -> Iterator[Model]:
+    m = Model()
+    with m.server:
+        yield m
+
+
+@pytest.fixture()
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.txt").write_text("alpha\n")
+    return root
+
+
+def write_jobs(path: Path, jobs: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(j) + "\n" for j in jobs))
+    return path
+
+
+def results(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def fan_out_script(model: Model, job: str, n: int = 3) -> None:
+    model.scripts[f"JOB {job}"] = [
+        task_call(*(item(f"{job}-child-{i}") for i in range(n))),
+        {"text": f"{job} summary"},
+    ]
+    for i in range(n):
+        model.scripts[f"{job}-child-{i}"] = [
+            {"tool_calls": [{"id": f"r{i}", "name": "read", "arguments": {"file_path": "a.txt"}}]},
+            {"text": f"{job} child {i} found alpha"},
+        ]
+
+
+def test_a4_a_batch_of_two_jobs_each_fanning_out_three_children_completes_on_one_worker_with_one_slot(
+    fleet: FleetEnv, spawn_worker: WorkerFactory, model: Model, ws: Path, tmp_path: Path
+) -> None:
+    """A-4, F-1: every job and every child is a Celery job; a parent waiting for its children is
+    suspended (its slot freed) and resumed by a continuation job, so ONE worker with
+    ``--concurrency 1`` finishes runs whose children fan out."""
+    env = model.env(fleet)
+    spawn_worker(env, "solo", pool="prefork", concurrency=1)
+    for job in ("alpha", "beta"):
+        fan_out_script(model, job)
+    jobs = write_jobs(
+        tmp_path / "jobs.jsonl",
+        [{"id": "alpha", "prompt": "JOB alpha: fan out"}, {"id": "beta", "prompt": "JOB beta: fan out"}],
+    )
+    out = tmp_path / "results.jsonl"
+    req = BatchRequest(
+        str(jobs), str(out), model=MODEL, workspace=str(ws), allow=("*",), settings=env.settings()
+    )
+    state = run_batch(req)
+    assert (state.done, state.failed) == (2, 0)
+    rows = {r["id"]: r for r in results(out)}
+    assert rows["alpha"]["success"] and rows["alpha"]["text"] == "alpha summary"
+    assert rows["beta"]["text"] == "beta summary"
+    for job in ("alpha", "beta"):
+        [message] = tool_messages(model.bodies(f"JOB {job}")[-1])
+        for i in range(3):
+            assert f"{job} child {i} found alpha" in message
+        assert message.count("sources: a.txt") == 3
+    assert set(rows["alpha"]) == {"id", "success", "text", "usage", "duration_ms", "session_id"}
+    assert rows["alpha"]["usage"]["prompt_tokens"] > 0
+
+
+def test_a5_batch_cli_rerun_runs_only_the_failed_ids(
+    fleet: FleetEnv, spawn_worker: WorkerFactory, model: Model, ws: Path, tmp_path: Path
+) -> None:
+    """A-5: results are appended per job; exit 1 when a job failed; a rerun skips every id whose
+    latest result succeeded and runs the rest."""
+    env = model.env(fleet)
+    spawn_worker(env, "batch", pool="threads", concurrency=2)
+    model.scripts["JOB one"] = [{"text": "one ok"}]
+    model.scripts["JOB two"] = [{"status": 400}]
+    model.scripts["JOB three"] = [{"text": "three ok"}]
+    jobs = write_jobs(
+        tmp_path / "jobs.jsonl",
+        [{"id": n, "prompt": f"JOB {n}"} for n in ("one", "two", "three")],
+    )
+    out = tmp_path / "results.jsonl"
+    argv = [
+        str(BIN / "a3s-fleet"),
+        "batch",
+        str(jobs),
+        "--out",
+        str(out),
+        "--model",
+        MODEL,
+        "--workspace",
+        str(ws),
+    ]
+    first = subprocess.run(argv, env=env.env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 1, first.stderr
+    assert "2 succeeded, 1 failed, 0 skipped" in first.stderr
+    assert {r["id"]: r["success"] for r in results(out)} == {"one": True, "two": False, "three": True}
+    seen_before = len(model.server.requests)
+    model.scripts["JOB two"] = [{"text": "two ok now"}]
+    second = subprocess.run(argv, env=env.env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+    assert "1 succeeded, 0 failed, 2 skipped" in second.stderr
+    rerun = [first_user_text(r.body) for r in model.server.requests[seen_before:]]
+    assert rerun == ["JOB two"]
+    assert [r["id"] for r in results(out)][-1] == "two" and results(out)[-1]["text"] == "two ok now"
+
+
+def test_a1_no_api_key_appears_anywhere_in_redis(
+    fleet: FleetEnv, spawn_worker: WorkerFactory, model: Model, ws: Path, tmp_path: Path
+) -> None:
+    """A-1: jobs, snapshots, suspensions, results and events name the model, never an endpoint key:
+    every key of the database is scanned (strings, hashes, lists, streams, sets)."""
+    import redis
+
+    secret = "sk-live-SECRET-4242-never-in-redis"
+    env = model.env(fleet, OPENAI_API_KEY=secret)
+    spawn_worker(env, "keys", pool="prefork", concurrency=1)
+    fan_out_script(model, "gamma", 2)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", [{"id": "g", "prompt": "JOB gamma: fan out"}])
+    out = tmp_path / "results.jsonl"
+    settings = env.settings()
+    state = run_batch(
+        BatchRequest(str(jobs), str(out), model=MODEL, workspace=str(ws), allow=("*",), settings=settings)
+    )
+    assert state.done == 1
+    assert all(r.headers.get("authorization") == f"Bearer {secret}" for r in model.server.requests)
+    client = redis.Redis.from_url(fleet.url)
+    found = []
+    for key in client.scan_iter(count=1000):
+        kind = client.type(key).decode()
+        if kind == "string":
+            values = [client.get(key) or b""]
+        elif kind == "hash":
+            values = list(client.hgetall(key).values()) + list(client.hkeys(key))
+        elif kind == "list":
+            values = client.lrange(key, 0, -1)
+        elif kind == "stream":
+            values = [v for _id, fields in client.xrange(key) for v in fields.values()]
+        elif kind in ("set", "zset"):
+            values = list(client.smembers(key) if kind == "set" else client.zrange(key, 0, -1))
+        else:
+            values = []
+        if any(secret.encode() in v for v in values if isinstance(v, bytes)) or secret.encode() in key:
+            found.append(key)
+    assert found == []
+
+
+def batch_of(
+    model: Model, env: FleetEnv, ws: Path, tmp_path: Path, jobs: list[dict[str, Any]]
+) -> dict[str, Any]:
+    path = write_jobs(tmp_path / "jobs.jsonl", jobs)
+    out = tmp_path / "results.jsonl"
+    run_batch(
+        BatchRequest(
+            str(path), str(out), model=MODEL, workspace=str(ws), allow=("*",), settings=env.settings()
+        )
+    )
+    return {r["id"]: r for r in results(out)}
+
+
+def test_x3_a_32_child_fan_out_on_the_fleet_returns_every_bounded_output(
+    fleet: FleetEnv, spawn_worker: WorkerFactory, model: Model, ws: Path, tmp_path: Path
+) -> None:
+    """X-3, F-1: a batch job's model fans out the 32-item maximum; each child is a job; the parent's
+    continuation hands the model every child's output, a long one cut to 3000 head + 800 tail."""
+    env = model.env(fleet)
+    spawn_worker(env, "wide", pool="threads", concurrency=4)
+    long = "H" * 3000 + "m" * 9000 + "T" * 800
+    model.scripts["JOB wide"] = [task_call(*(item(f"w-{i:02d}") for i in range(32))), {"text": "wide done"}]
+    for i in range(32):
+        model.scripts[f"w-{i:02d}"] = [{"text": long if i == 5 else f"child {i:02d} ok"}]
+    rows = batch_of(model, env, ws, tmp_path, [{"id": "wide", "prompt": "JOB wide"}])
+    assert rows["wide"]["success"] and rows["wide"]["text"] == "wide done"
+    [message] = tool_messages(model.bodies("JOB wide")[-1])
+    for i in range(32):
+        assert f"[task {i}: explore — do w-{i:02d}] succeeded" in message
+    assert "[9000 characters of the child's output omitted]" in message
+    assert "m" * 100 not in message
+
+
+def test_x3_partial_failure_and_min_success_count_on_the_fleet(
+    fleet: FleetEnv, spawn_worker: WorkerFactory, model: Model, ws: Path, tmp_path: Path
+) -> None:
+    """X-3, K-8 on a suspended parent: without allow_partial_failure the first failure settles the
+    fan-in (partial_failure{failed, total}); with min_success_count the fan-in settles once enough
+    children succeeded and the slow ones are cancelled."""
+    env = model.env(fleet)
+    spawn_worker(env, "partial", pool="threads", concurrency=4)
+    model.scripts["JOB strict"] = [
+        task_call(item("s-ok-1"), item("s-bad"), item("s-ok-2")),
+        {"text": "strict seen"},
+    ]
+    model.scripts["JOB lenient"] = [
+        task_call(
+            item("l-ok-1"),
+            item("l-slow"),
+            item("l-bad"),
+            item("l-ok-2"),
+            allow_partial_failure=True,
+            min_success_count=2,
+        ),
+        {"text": "lenient seen"},
+    ]
+    for key in ("s-ok-1", "s-ok-2", "l-ok-1", "l-ok-2"):
+        model.scripts[key] = [{"text": f"{key} fine"}]
+    model.scripts["s-bad"] = model.scripts["l-bad"] = [{"status": 400}]
+    model.scripts["l-slow"] = [{"delay_s": 8.0, "text": "too slow"}]
+    rows = batch_of(
+        model,
+        env,
+        ws,
+        tmp_path,
+        [{"id": "strict", "prompt": "JOB strict"}, {"id": "lenient", "prompt": "JOB lenient"}],
+    )
+    assert rows["strict"]["success"] and rows["lenient"]["success"]
+    [strict] = tool_messages(model.bodies("JOB strict")[-1])
+    assert strict.startswith("Error (partial_failure):") and "[task 1: explore — do s-bad] failed" in strict
+    [lenient] = tool_messages(model.bodies("JOB lenient")[-1])
+    assert "2 of 4 task(s) succeeded; failed indexes [1, 2]" in lenient
+    assert "[task 1: explore — do l-slow] cancelled" in lenient
+
+
+def test_x3_an_sdk_session_on_the_fleet_sends_its_children_as_jobs(
+    fleet: FleetEnv, spawn_worker: WorkerFactory, model: Model, ws: Path
+) -> None:
+    """F-1, A-4: ``session.tasks`` with a broker: each child is an ``a3s.agent`` job on a worker (with
+    the worker's endpoint); the parent waits in the orchestrator, holding no worker slot; schema rules
+    are checked before any job is sent."""
+    from orchestrator import Agent
+
+    env = model.env(fleet)
+    worker = spawn_worker(env, "sdk", pool="prefork", concurrency=1)
+    for i in range(3):
+        model.scripts[f"sdk-{i}"] = [
+            {"tool_calls": [{"id": f"r{i}", "name": "read", "arguments": {"file_path": "a.txt"}}]},
+            {"text": f"sdk child {i}"},
+        ]
+    settings = env.settings()
+    with Agent(settings, model=MODEL) as agent:
+        session = agent.session(str(ws), SessionOptions(permission_policy=PermissionPolicy(allow=["*"])))
+        result = session.tasks([item(f"sdk-{i}") for i in range(3)])
+        bad = session.tasks([item("a", background=True), item("b")])
+        events = [(e.type, e.data.get("task_id")) for e in session.events() if e.type.startswith("subagent")]
+    assert result.exit_code == 0, result.output
+    tasks = result.metadata["tasks"]
+    assert [t["output"] for t in tasks] == [f"sdk child {i}" for i in range(3)]
+    assert all(t["source_anchors"] == ["a.txt"] for t in tasks)
+    assert len(events) == 6
+    assert bad.error_kind["type"] == "invalid_argument"
+    assert worker.name  # the children ran on it: the model server was called by the worker only
+    assert len(model.server.requests) == 6
+
+
+def test_x3_a_child_killed_with_its_worker_completes_once(
+    fleet: FleetEnv, spawn_worker: WorkerFactory, model: Model, ws: Path, tmp_path: Path
+) -> None:
+    """F-3, X-3: SIGKILL the worker (main process and pool) while a child waits for its model; the
+    child's job is delivered again to another worker, runs again, and the parent receives its result
+    exactly once."""
+    import threading
+    import time
+
+    env = model.env(
+        fleet,
+        A3S_VISIBILITY_TIMEOUT_S="6",
+        A3S_JOB_TIME_LIMIT_S="5",
+        A3S_JOB_SOFT_TIME_LIMIT_S="4",
+    )
+    victim = spawn_worker(env, "victim", pool="prefork", concurrency=2)
+    model.scripts["JOB kill"] = [task_call(item("k-fast"), item("k-slow")), {"text": "kill survived"}]
+    model.scripts["k-fast"] = [{"text": "fast child"}]
+    model.scripts["k-slow"] = [{"delay_s": 2.0, "text": "slow child"}]
+    path = write_jobs(tmp_path / "jobs.jsonl", [{"id": "kill", "prompt": "JOB kill"}])
+    out = tmp_path / "results.jsonl"
+
+    def kill_when_slow_child_asks() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if model.bodies("k-slow"):
+                victim.kill()
+                spawn_worker(env, "rescuer", pool="prefork", concurrency=2)
+                return
+            time.sleep(0.02)
+
+    killer = threading.Thread(target=kill_when_slow_child_asks)
+    killer.start()
+    run_batch(
+        BatchRequest(
+            str(path), str(out), model=MODEL, workspace=str(ws), allow=("*",), settings=env.settings()
+        )
+    )
+    killer.join()
+    [row] = results(out)
+    assert row["success"] and row["text"] == "kill survived"
+    assert len(model.bodies("k-slow")) >= 2  # the child ran again after the kill
+    [message] = tool_messages(model.bodies("JOB kill")[-1])
+    assert message.count("slow child") == 1 and message.count("fast child") == 1
