@@ -62,6 +62,7 @@ class BatchProgress:
     failed: int = 0
     running: int = 0
     started: float = field(default_factory=time.monotonic)
+    batch_id: str = field(default_factory=lambda: f"batch-{uuid.uuid4().hex[:12]}")
 
     @property
     def finished(self) -> int:
@@ -81,11 +82,10 @@ ProgressFn = Callable[[BatchProgress], None]
 
 
 def batch_policy(allow: tuple[str, ...], deny: tuple[str, ...]) -> PermissionPolicy:
-    """``--allow``/``--deny`` rules; read-only calls pass unless a rule says otherwise (issue 8)."""
-    try:
-        return PermissionPolicy(allow=allow, deny=deny, allow_read_only=True)  # type: ignore[call-arg]
-    except TypeError:  # a kernel without read-only allowance: allow only what the rules allow
-        return PermissionPolicy(allow=allow, deny=deny)
+    """``--allow``/``--deny`` rules; read-only calls pass unless a rule says otherwise (as ``run``), and
+    so does ``task``: delegating widens nothing, every child call meets these same rules. Anything else
+    asks — and a batch has nobody to ask, so it is denied (``--deny task`` turns delegation off)."""
+    return PermissionPolicy(allow=("task", *allow), deny=deny, allow_read_only=True)
 
 
 def run_batch(req: BatchRequest, progress: ProgressFn | None = None) -> BatchProgress:
@@ -231,7 +231,7 @@ class _Fleet:
             self.agent.release(session)
         first = next(iter(templates.values()))
         runner = AgentJobRunner(self.agent.fleet_app(), lambda: first, req.settings, session_id="batch")
-        batch_id = f"batch-{uuid.uuid4().hex[:12]}"
+        batch_id = state.batch_id
         cap = asyncio.Semaphore(min(MAX_CONCURRENCY * 64, req.concurrency or len(todo)))
 
         async def one(index: int, job: Job) -> None:

@@ -336,3 +336,53 @@ def test_x3_a_child_killed_with_its_worker_completes_once(
     assert len(model.bodies("k-slow")) >= 2  # the child ran again after the kill
     [message] = tool_messages(model.bodies("JOB kill")[-1])
     assert message.count("slow child") == 1 and message.count("fast child") == 1
+
+
+def test_f1_worker_takes_concurrency_and_passes_other_celery_options_on(
+    fleet: FleetEnv, tmp_path: Path
+) -> None:
+    """``a3s-fleet worker --concurrency N`` and any other ``celery worker`` option, passed on as given."""
+    import os
+    import signal
+    import socket
+    import time
+
+    from workers.app import make_app
+
+    name = f"opts-{os.getpid()}@{socket.gethostname()}"
+    log = tmp_path / "worker.log"
+    argv = [
+        str(BIN / "a3s-fleet"),
+        "worker",
+        "--concurrency",
+        "1",
+        "--pool",
+        "prefork",
+        "--hostname",
+        name,
+        "--max-tasks-per-child",
+        "7",
+        "--prefetch-multiplier",
+        "1",
+    ]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            argv, env=fleet.env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    app = make_app(fleet.settings())
+    try:
+        deadline = time.monotonic() + 90
+        while f"{name} ready." not in log.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.1)
+        stats = app.control.inspect(destination=[name], timeout=5).stats() or {}
+        pool = stats[name]["pool"]
+        assert pool["max-concurrency"] == 1 and pool["max-tasks-per-child"] == 7
+    finally:
+        app.close()
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
