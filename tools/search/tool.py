@@ -12,6 +12,7 @@ Blocking scans run in a worker thread under a Guard (deadline + cancellation; ri
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal
 
@@ -115,6 +116,17 @@ def available_modes(
 
 
 def _params_model(modes: list[str], missing: dict[str, str]) -> type[BaseModel]:
+    # One class per mode set: sessions are built often (every fleet child run builds one), and a new
+    # pydantic class costs its compile and its schema each time.
+    return _params_model_cached(tuple(modes), tuple(sorted(missing.items())))
+
+
+@functools.lru_cache(maxsize=64)
+def _params_model_cached(
+    mode_set: tuple[str, ...], missing_items: tuple[tuple[str, str], ...]
+) -> type[BaseModel]:
+    modes, missing = list(mode_set), dict(missing_items)
+
     class Params(_BaseParams):
         mode: str = Field(description="which search to run", json_schema_extra={"enum": list(modes)})
 
