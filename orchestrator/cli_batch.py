@@ -70,6 +70,9 @@ class ProgressBar:
         self.stream = stream
         self.lock = threading.Lock()
         self.state: Any = None
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, name="a3s-batch-bar", daemon=True)
+        self._ticker.start()
 
     def line(self, state: Any) -> str:
         total = max(1, state.total)
@@ -79,10 +82,6 @@ class ProgressBar:
             f"[{bar}] {state.finished}/{state.total} · {state.failed} failed · {state.running} running · "
             f"{state.rate():.1f} jobs/s · ETA {_duration(state.eta_s())}"
         )
-
-        self._stop = threading.Event()
-        self._ticker = threading.Thread(target=self._tick, name="a3s-batch-bar", daemon=True)
-        self._ticker.start()
 
     def __call__(self, state: Any) -> None:
         with self.lock:
