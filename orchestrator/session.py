@@ -481,6 +481,7 @@ class Session(AgentRuns):
         background: bool = False,
         max_steps: int | None = None,
     ) -> ToolResult:
+        """One child run by its parts (the reference SDK's ``delegate_task``): ``task`` with one item."""
         item: dict[str, Any] = {"agent": agent, "description": description, "prompt": prompt}
         if background:
             item["background"] = True

@@ -30,6 +30,7 @@ from kernel.result import ToolResult
 from kernel.spec import ToolSpec
 
 TASK_CHILDREN_SERVICE = "task_children"
+TASK_TIMEOUT_MS = 3_600_000
 
 DESCRIPTION = (
     "Delegate work to sub-agents. `tasks` holds 1-32 independent child runs, each "
@@ -107,8 +108,9 @@ TASK_TOOL = ToolSpec(
     description=DESCRIPTION,
     params=TaskParams,
     run=run_task,
-    # A fan-out waits for model runs: the kernel's default tool timeout (10 min) bounds it unless the
-    # host sets tool_timeouts_ms["task"]; `timeout_ms` bounds one call.
+    # A fan-out waits for agent runs: an hour unless the host sets tool_timeouts_ms["task"];
+    # `timeout_ms` bounds one call (and on a fleet each run segment has the job's time limit).
+    timeout_ms=TASK_TIMEOUT_MS,
     examples=(
         {
             "tasks": [
@@ -132,6 +134,7 @@ PARALLEL_TASK_TOOL = ToolSpec(
     description="Legacy alias of task for 2-32 foreground children (hidden; kept so persisted calls stay readable).",
     params=ParallelTaskParams,
     run=run_parallel_task,
+    timeout_ms=TASK_TIMEOUT_MS,
     visible=False,
 )
 

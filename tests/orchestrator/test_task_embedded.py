@@ -278,3 +278,39 @@ def test_k6_closing_the_session_cancels_a_background_child_which_still_ends_once
         session.close()
         events = subagent_events(session)
     assert [k for k, _ in events] == ["subagent_start", "subagent_end"]
+
+
+def test_x3_children_inherit_the_parents_hooks_and_a_share_of_its_budget(model, agent, ws) -> None:
+    """X-3: a child inherits the parent's pre-tool hooks and gets a share of the remaining budget
+    (here 3 tool calls left for 2 children: one each, so each child's second call is refused)."""
+    from kernel import Budget, Deny
+
+    seen: list[str] = []
+
+    def no_ls(call: Any) -> Any:
+        seen.append(call.tool)
+        return Deny("ls is off") if call.tool == "ls" else None
+
+    options = SessionOptions(
+        permission_policy=PermissionPolicy(allow=["*"]),
+        pre_tool_hooks=[no_ls],
+        budget=Budget(max_tool_calls=4),
+    )
+    model.scripts["hooked"] = [
+        {"tool_calls": [{"id": "l", "name": "ls", "arguments": {}}]},
+        {"text": "hooked done"},
+    ]
+    model.scripts["budgeted"] = [
+        {"tool_calls": [{"id": "r1", "name": "read", "arguments": {"file_path": "a.txt"}}]},
+        {"tool_calls": [{"id": "r2", "name": "read", "arguments": {"file_path": "b.txt"}}]},
+        {"text": "budgeted done"},
+    ]
+    session = agent.session(str(ws), options)
+    result = session.tasks([item("hooked"), item("budgeted")])
+    assert result.exit_code == 0, result.output
+    [denied] = tool_messages(model.bodies("hooked")[-1])
+    assert "hook_denied" in denied or "ls is off" in denied
+    first, second = tool_messages(model.bodies("budgeted")[-1])
+    assert "alpha" in first
+    assert "budget_exhausted" in second or "Budget exhausted" in second
+    assert "ls" in seen  # the parent's hook ran in the child

@@ -366,27 +366,31 @@ def test_p4_max_tool_calls_is_enforced_before_the_extra_call(agent: Agent, works
     assert burst.error_kind["resource"] == "tool_calls" and not list(workspace.glob("b*.txt"))
 
 
-def test_p4_task_takes_one_item_inside_a_program(agent: Agent, workspace: Path) -> None:
-    s = agent.session(workspace)
-    seen: list[Any] = []
-    s.register_tool(
-        "task",
-        lambda args: seen.append(args) or "done",
-        description="stand-in for the task tool",
-        parameters={"type": "object", "properties": {"tasks": {"type": "array"}}, "required": ["tasks"]},
-    )
-    item = {"agent": "general", "description": "d", "prompt": "p"}
-    one = s.program(
-        source="async function run(ctx, i) { return (await ctx.tool('task', {tasks: [i.item]})).text }",
-        inputs={"item": item},
-    )
-    assert one.metadata["script_result"] == "done"
-    two = s.program(
-        source="async function run(ctx, i) { return await ctx.tool('task', {tasks: [i.item, i.item]}) }",
-        inputs={"item": item},
-    )
-    assert two.error_kind["type"] == "invalid_argument" and "single item" in two.output
-    assert len(seen) == 1
+def test_p4_task_takes_one_item_inside_a_program(
+    agent: Agent, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """P-4: inside QuickJS ``task`` takes a single item (a real child run, over a scripted OpenAI
+    endpoint); a multi-item fan-out is refused before any child starts."""
+    from tests.model_servers import ScriptedOpenAIServer
+
+    with ScriptedOpenAIServer(route=lambda body: {"text": "done"}) as server:
+        for key, value in server.env().items():
+            monkeypatch.setenv(key, value)
+        s = agent.session(workspace)
+        s.model = "openai:program-test"
+        item = {"agent": "general", "description": "d", "prompt": "p"}
+        one = s.program(
+            source="async function run(ctx, i) { return (await ctx.tool('task', {tasks: [i.item]})).output }",
+            inputs={"item": item},
+        )
+        assert one.exit_code == 0, one.output
+        assert "done" in one.metadata["script_result"]
+        two = s.program(
+            source="async function run(ctx, i) { return await ctx.tool('task', {tasks: [i.item, i.item]}) }",
+            inputs={"item": item},
+        )
+        assert two.error_kind["type"] == "invalid_argument" and "single item" in two.output
+        assert len(server.requests) == 1
 
 
 # ---- K-1: the script's calls are nested calls of the program's origin -----------------------------
