@@ -13,6 +13,9 @@ A turn has the scripted-file shape (``flows/providers/scripted.py``): ``{"text",
 - ``{"disconnect": true}`` — close the connection without an answer;
 - ``{"stream_error": {"type": "overloaded_error", "message": "..."}}`` — a 200 stream whose first
   event is an error event;
+- ``{"empty_stream": true}`` — a streamed request gets a 200 stream with no event at all (what
+  llama.cpp's server does when it cannot stream an automatic tool choice); a blocking one is
+  answered normally;
 - ``{"no_terminal": true, ...}`` — a stream that just stops after the content: no finish reason,
   no usage chunk, no ``[DONE]`` / ``message_stop`` (some endpoints do that).
 
@@ -185,6 +188,8 @@ class _ScriptedServer(abc.ABC):
             )
             return self._json(h, int(turn["status"]), err, headers)
         if body.get("stream"):
+            if turn.get("empty_stream"):
+                return self._sse(h, [])
             return self._sse(h, list(self._stream_events(turn, body)))
         return self._json(h, 200, self._message(turn, body))
 

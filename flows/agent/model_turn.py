@@ -5,16 +5,20 @@ is repeated, so every retry is an event (``model_retry{step, attempt, delay_ms, 
 the bound is ours. Only typed, retryable failures are retried — ``rate_limited`` (waiting what
 ``Retry-After`` asked, else exponential backoff) and ``transport`` — never after text was already
 streamed to the client (a retry would show it twice), and never past the run's deadline: a wait
-that would cross it ends the run with the typed failure instead.
+that would cross it ends the run with the typed failure instead. A stream that ends before any
+content (``EmptyStream``: a server that cannot stream this request) is asked again without
+streaming — a ``model_retry`` with ``fallback: "blocking"``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 from flows.providers import Completion, ModelRequest, Provider, StreamItem, TextDelta, ToolCallDelta
+from flows.providers.errors import EmptyStream
 from kernel.errors import RateLimited, Transport
 
 MODEL_MAX_RETRIES = 2
@@ -40,6 +44,7 @@ async def model_turn(
     """The model's answer to ``request``; raises the typed error when retries cannot help.
     ``on_item`` sees every streamed item (generate_object's partial objects)."""
     loop = asyncio.get_running_loop()
+    show_text = request.stream  # text deltas are events when the caller streams (a fallback keeps them)
     attempt = 0
     while True:
         emit("model_request", {"step": step, "attempt": attempt})
@@ -50,7 +55,7 @@ async def model_turn(
                 if on_item is not None:
                     on_item(item)
                 if isinstance(item, TextDelta):
-                    if request.stream and item.text:
+                    if show_text and item.text:
                         streamed = True
                         emit("text_delta", {"step": step, "text": item.text})
                 elif isinstance(item, ToolCallDelta):
@@ -60,6 +65,22 @@ async def model_turn(
             if completion is None:
                 raise Transport("model stream ended without a final message", op="model")
             return completion
+        except EmptyStream as err:
+            if not request.stream or attempt >= max_retries:
+                raise
+            # The server would not stream this request: ask again without streaming.
+            attempt += 1
+            emit(
+                "model_retry",
+                {
+                    "step": step,
+                    "attempt": attempt,
+                    "delay_ms": 0,
+                    "error_kind": err.to_kind(),
+                    "fallback": "blocking",
+                },
+            )
+            request = dataclasses.replace(request, stream=False)
         except (RateLimited, Transport) as err:
             if attempt >= max_retries or streamed:
                 raise

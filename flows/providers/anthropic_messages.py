@@ -21,6 +21,7 @@ import httpx2
 
 from flows.providers.base import ClientsPerLoop, before_deadline, drain, seconds_left
 from flows.providers.errors import (
+    EmptyStream,
     body_detail,
     body_error_type,
     status_error,
@@ -186,6 +187,7 @@ async def _read_stream(events: Any, deadline: float | None, started: float) -> A
     calls = ToolCallAccumulator()
     usage = Usage()
     stop = ""
+    started_message = False
     iterator = events.__aiter__()
     try:
         while True:
@@ -195,6 +197,7 @@ async def _read_stream(events: Any, deadline: float | None, started: float) -> A
                 break
             kind = event.type
             if kind == "message_start":
+                started_message = True
                 usage = _usage(event.message.usage)
             elif kind == "content_block_start":
                 block = event.content_block
@@ -227,6 +230,8 @@ async def _read_stream(events: Any, deadline: float | None, started: float) -> A
     finally:
         await events.close()
     merged = calls.calls("toolu")
+    if not started_message and not text and not merged:
+        raise EmptyStream()
     yield Completion(
         Message("assistant", "".join(text), merged), usage, stop or ("tool_calls" if merged else "stop")
     )

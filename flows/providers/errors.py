@@ -92,6 +92,15 @@ def stream_error(error_type: str | None, detail: str = "") -> ToolError:
     return ProviderError(f"model API error mid-stream ({error_type}){suffix}", status=200)
 
 
+class EmptyStream(Transport):
+    """A 200 stream that ended before any content, finish reason or usage (some servers cannot
+    stream some requests — llama.cpp with an automatic tool choice — and just close it). Its kind is
+    ``transport``; the loop answers it with one blocking request instead of retrying the stream."""
+
+    def __init__(self) -> None:
+        super().__init__("model stream ended before any content", op=OP)
+
+
 def timeout_error(started: float) -> Timeout:
     duration_ms = int((time.monotonic() - started) * 1000)
     return Timeout(f"model request timed out after {duration_ms}ms", op=OP, duration_ms=duration_ms)

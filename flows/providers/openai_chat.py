@@ -19,6 +19,7 @@ import openai
 
 from flows.providers.base import ClientsPerLoop, before_deadline, drain, seconds_left
 from flows.providers.errors import (
+    EmptyStream,
     body_detail,
     body_error_type,
     status_error,
@@ -226,6 +227,8 @@ async def _read_stream(chunks: Any, deadline: float | None, started: float) -> A
     finally:
         await chunks.close()
     merged = calls.calls()
+    if not text and not merged and not stop and usage == Usage():
+        raise EmptyStream()
     yield Completion(
         Message("assistant", "".join(text), merged), usage, stop or ("tool_calls" if merged else "stop")
     )

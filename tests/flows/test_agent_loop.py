@@ -439,3 +439,28 @@ async def test_s5_astream_yields_the_run_events(workspace: Path, model_env: Any)
         types[0] == "run_start" and types[-1] == "run_end" and "tool_end" in types and "text_delta" in types
     )
     assert second.success and second.text == "again"
+
+
+@pytest.mark.parametrize("server_cls", [ScriptedOpenAIServer, ScriptedAnthropicServer])
+def test_a3_a_server_that_cannot_stream_a_request_gets_it_blocking(
+    workspace: Path, model_env: Any, server_cls: Any
+) -> None:
+    """A-3: a 200 stream that ends before any content (llama.cpp with an automatic tool choice) is
+    asked again without streaming — visible as a model_retry with fallback "blocking" — and the
+    run goes on; a blocking request that comes back empty is not retried that way."""
+    script = [
+        {"empty_stream": True},
+        _turn(("ls", {"path": "."}), text="Listing."),  # answers the blocking retry
+        {"text": "Two files."},
+    ]
+    wire = "openai" if server_cls is ScriptedOpenAIServer else "anthropic"
+    with model_env(server_cls(script)) as srv, Agent(model=f"{wire}:m") as a:
+        s = a.session(workspace, SessionOptions(permission_policy=PermissionPolicy(allow=["ls"])))
+        result, events = _run(s, "list", True)
+        streamed = [bool(r.body.get("stream")) for r in srv.requests]
+    assert result.success and result.text == "Two files." and result.tool_calls[0].exit_code == 0
+    assert streamed == [True, False, True]
+    retry = next(e.data for e in events if e.type == "model_retry")
+    assert retry["fallback"] == "blocking" and retry["error_kind"]["type"] == "transport"
+    text = "".join(e.data["text"] for e in events if e.type == "text_delta")
+    assert text == "Listing.Two files."  # the blocking answer's text still reaches the stream
