@@ -307,16 +307,18 @@ async def _supervise(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_ms / 1000 if timeout_ms is not None else None
     try:
+        if kernel.closed:  # closed while this run waited for the conversation
+            raise Cancelled("the session is closed", op="agent")
         _check_arguments(prompt, max_steps, timeout_ms)
         provider = _resolve_provider(core, model)
-    except ToolError as err:  # bad arguments: before any request, and nothing is appended
+    except ToolError as err:  # bad arguments, closed session: before any request, nothing appended
         name = model if isinstance(model, str) else (core.model or "")
         failed = RunResult(
             "",
             False,
             0,
             error=err.to_kind(),
-            stop_reason=ERROR,
+            stop_reason=CANCELLED if isinstance(err, Cancelled) else ERROR,
             session_id=kernel.session_id,
             run_id=run_id,
             model=name or "",
