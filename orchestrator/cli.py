@@ -2,7 +2,8 @@
 
     a3s-fleet tools [--workspace DIR] [--json] [--mcp-config FILE] [--mcp-workspace-config]
     a3s-fleet tool NAME [ARGS_JSON | -] [--workspace DIR] [--policy conservative|context-efficient] [--json]
-                   [--mcp-config FILE] [--mcp-workspace-config]
+                   [--model M] [--mcp-config FILE] [--mcp-workspace-config]
+    a3s-fleet run PROMPT [--model M] [--allow RULE]… [--deny RULE]… [--json] …  (orchestrator.cli_run)
     a3s-fleet artifact URI [--workspace DIR]
 
 ``tool`` exits 0 when the result's ``exit_code`` is 0, else 1. ``--workspace`` defaults to the current
@@ -117,6 +118,9 @@ def tools_cmd(workspace: str, as_json: bool, mcp_config: str | None, mcp_workspa
 @click.option(
     "--json", "as_json", is_flag=True, help="Print {name, output, exit_code, metadata, error_kind}."
 )
+@click.option(
+    "--model", "-m", default=None, help="provider:NAME for model-backed tools (default: A3S_MODEL)."
+)
 @mcp_options
 @_one_line_errors
 def tool_cmd(
@@ -125,10 +129,12 @@ def tool_cmd(
     workspace: str,
     policy: str,
     as_json: bool,
+    model: str | None,
     mcp_config: str | None,
     mcp_workspace_config: bool,
 ) -> None:
-    """Run one tool host-direct. ARGS_JSON is a JSON object, or - to read it from stdin."""
+    """Run one tool host-direct. ARGS_JSON is a JSON object, or - to read it from stdin.
+    Model-backed tools (generate_object) use --model or A3S_MODEL."""
     from orchestrator.agent import Agent
 
     raw = sys.stdin.read() if args_json == "-" else args_json
@@ -141,7 +147,11 @@ def tool_cmd(
     if not isinstance(args, dict):
         raise click.UsageError("ARGS_JSON must be a JSON object")
     mcp = mcp_session_options(mcp_config, mcp_workspace_config)
-    with Agent() as agent:
+    if model:
+        from flows.providers import parse_model_name
+
+        parse_model_name(model)  # a bad name is one line before anything starts
+    with Agent(model=model) as agent:
         session = agent.session(
             workspace, SessionOptions(tool_result_transform_policy=_policy(policy), **mcp)
         )
@@ -176,8 +186,9 @@ def artifact_cmd(uri: str, workspace: str) -> None:
 
 
 def _register_fleet_commands() -> None:
-    from orchestrator import cli_batch, cli_fleet, cli_index, cli_workflow
+    from orchestrator import cli_batch, cli_fleet, cli_index, cli_run, cli_workflow
 
+    cli_run.register(main)  # a3s-fleet run PROMPT (the agent)
     cli_batch.register(main)  # a3s-fleet batch JOBS.jsonl --out RESULTS.jsonl
     cli_fleet.register(main)
     cli_index.register(main)  # a3s-fleet index build|status
