@@ -1,0 +1,202 @@
+"""``a3s-fleet run`` (issue 8 item 4): an agent run from the shell, over the OpenAI wire format of a
+scripted loopback server (SPEC K-1, K-3, G-6, S-5).
+
+Every test runs the real CLI in a subprocess. Without a terminal nothing can be confirmed, so the
+default policy is: read-only calls run, the rest is denied unless ``--allow`` names it; ``--deny``
+wins over everything. The live view is checked on a real pseudo-terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.model_servers import ScriptedOpenAIServer
+
+BIN = [sys.executable, "-m", "orchestrator.cli"]
+REPO = Path(__file__).resolve().parents[2]
+MODEL = "openai:scripted-model"
+
+
+def run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("A3S_", "OPENAI_", "ANTHROPIC_"))}
+    environ.update(env or {})
+    return subprocess.run(
+        [*BIN, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"name": name, "arguments": arguments}
+
+
+def tool_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [m for m in body["messages"] if m.get("role") == "tool"]
+
+
+def test_k3_run_json_runs_a_read_only_call_and_sends_its_result_back(workspace: Path) -> None:
+    turns = [
+        {"text": "Reading.", "tool_calls": [call("read", file_path="README.md")]},
+        {"text": "It says hello world.", "usage": {"prompt_tokens": 40, "completion_tokens": 6}},
+    ]
+    with ScriptedOpenAIServer(turns) as srv:
+        out = run(["run", "What does the README say?", "--model", MODEL, "--json"], workspace, srv.env())
+        assert out.returncode == 0, out.stderr
+        data = json.loads(out.stdout)
+        assert data["success"] is True and data["text"] == "It says hello world."
+        assert data["steps"] == 2 and data["session_id"]
+        assert [(c["tool"], c["exit_code"]) for c in data["tool_calls"]] == [("read", 0)]
+        assert data["usage"]["completion_tokens"] >= 6 and data["usage"]["prompt_tokens"] >= 40
+        # The projected result reached the model in the second request; the model name, not a key.
+        assert len(srv.requests) == 2
+        second = srv.requests[1].body
+        assert "hello world" in tool_messages(second)[0]["content"]
+        assert second["model"] == "scripted-model"
+        assert srv.requests[0].headers["authorization"] == "Bearer sk-test-scripted"
+
+
+def test_k3_denied_and_unconfirmable_calls_never_run_and_allow_opens_one(workspace: Path) -> None:
+    turns = [
+        {
+            "text": "Working.",
+            "tool_calls": [
+                call("read", file_path="notes.txt"),  # read-only, but --deny names it
+                call("write", file_path="new.txt", content="x"),  # not read-only, nobody to ask
+                call("write", file_path="src/ok.txt", content="y"),  # --allow write(src/*)
+            ],
+        },
+        {"text": "Done."},
+    ]
+    with ScriptedOpenAIServer(turns) as srv:
+        args = [
+            "run",
+            "go",
+            "--model",
+            MODEL,
+            "--json",
+            "--deny",
+            "read(notes.txt)",
+            "--allow",
+            "write(src/*)",
+        ]
+        out = run(args, workspace, srv.env())
+        assert out.returncode == 0, out.stderr
+        data = json.loads(out.stdout)
+        calls = [(c["tool"], c["exit_code"], (c["error_kind"] or {}).get("type")) for c in data["tool_calls"]]
+        assert calls == [
+            ("read", 1, "permission_denied"),
+            ("write", 1, "permission_denied"),
+            ("write", 0, None),
+        ]
+        assert not (workspace / "new.txt").exists()
+        assert (workspace / "src" / "ok.txt").read_text() == "y"
+        results = [m["content"] for m in tool_messages(srv.requests[1].body)]
+        assert "permission_denied" in results[0] and "permission_denied" in results[1]
+
+
+def test_k3_max_steps_stops_a_looping_model_with_exit_1(workspace: Path) -> None:
+    loop_turn = {"text": "Again.", "tool_calls": [call("ls", path=".")]}
+    with ScriptedOpenAIServer([loop_turn], repeat_last=True) as srv:
+        out = run(["run", "loop", "--model", MODEL, "--max-steps", "3", "--json"], workspace, srv.env())
+        assert out.returncode == 1
+        data = json.loads(out.stdout)
+        assert data["success"] is False and data["steps"] == 3
+        assert data["error"]["type"] == "budget_exhausted" and data["error"]["resource"] == "max_steps"
+        assert len(srv.requests) == 3
+        assert out.stderr.strip().startswith("error: budget_exhausted") and out.stderr.count("\n") == 1
+
+
+def test_g6_provider_failures_are_one_line_never_a_traceback(workspace: Path, tmp_path: Path) -> None:
+    with ScriptedOpenAIServer([{"status": 401, "body": {"error": {"message": "bad key"}}}]) as srv:
+        out = run(["run", "hi", "--model", MODEL], workspace, srv.env())
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: provider_error")
+    # Nothing listens there: transport, after the loop's bounded (and shown) retries.
+    refused = run(["run", "hi", "--model", MODEL], workspace, {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"})
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines()[-1].startswith("error: transport")
+    for args in (["--model", "nope:x"], [], ["--model", MODEL, "--allow", "bash("]):
+        bad = run(["run", "hi", *args], workspace)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+        assert bad.stderr.startswith("error: invalid_argument")
+
+
+def test_s5_scripted_demo_of_the_readme_runs_offline() -> None:
+    """The README's demo: `a3s-fleet run ... --model scripted:examples/agent-demo.json` in the repo."""
+    out = run(
+        ["run", "What is this project?", "--model", "scripted:examples/agent-demo.json", "--json"], REPO
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["success"] and "a3s-fleet" in data["text"]
+    assert [c["tool"] for c in data["tool_calls"]] == ["read", "ls", "search"]
+    assert all(c["exit_code"] == 0 for c in data["tool_calls"])
+
+
+def test_s5_terminal_view_streams_text_shows_tool_lines_a_spinner_and_asks(workspace: Path) -> None:
+    turns = [
+        {"text": "Running a slow one.", "tool_calls": [call("bash", command="sleep 1; echo slept")]},
+        {"text": "Writing.", "tool_calls": [call("write", file_path="asked.txt", content="z")]},
+        {"text": "All done."},
+    ]
+    with ScriptedOpenAIServer(turns) as srv:
+        screen, code = run_on_terminal(
+            ["run", "go", "--model", MODEL], workspace, srv.env(), answers=["y", "n"]
+        )
+    assert code == 0, screen
+    assert "Running a slow one." in screen and "All done." in screen
+    assert "allow bash sleep 1; echo slept? (no permission rule matched) [y/N]" in screen
+    assert "⠋ bash sleep 1; echo slept" in screen  # the spinner of a long call
+    assert "✓ bash sleep 1; echo slept (" in screen
+    assert "✗ write asked.txt (" in screen and "confirmation_rejected" in screen
+    assert not (workspace / "asked.txt").exists()
+
+
+def run_on_terminal(
+    args: list[str], cwd: Path, env: dict[str, str], answers: list[str], timeout_s: float = 60.0
+) -> tuple[str, int]:
+    """Run the CLI with stdin/stdout/stderr on a pseudo-terminal; answer each [y/N] question in turn."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("A3S_", "OPENAI_"))}
+    environ.update(env, LANG="C.UTF-8", PYTHONIOENCODING="utf-8")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([*BIN, *args], cwd=cwd, env=environ, stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    screen = b""
+    pending = list(answers)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                screen += chunk
+                if pending and screen.count(b"[y/N] ") > len(answers) - len(pending):
+                    os.write(master, pending.pop(0).encode() + b"\n")
+            elif proc.poll() is not None:
+                break
+        code = proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    return screen.decode("utf-8", "replace"), code
