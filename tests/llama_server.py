@@ -27,7 +27,9 @@ from tools import _proc
 MODEL_ALIAS = "smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 READY_TIMEOUT_S = 120.0
-CONTEXT_TOKENS = 8192  # SmolLM2 was trained on 8192
+# Small on purpose: the server has no default max_tokens, so the context bounds how long a rambling
+# answer of the tiny model can run (about 40 s on 2 cores at most).
+CONTEXT_TOKENS = 2048
 
 
 def gguf_path() -> Path | None:
