@@ -9,10 +9,10 @@ tool       a forced synthetic tool named ``schema_name`` whose arguments are the
            ``prompt`` when the provider cannot force a tool
 auto       like ``tool``
 strict     native strict JSON Schema (OpenAI ``response_format: json_schema, strict``) for
-           an object root; otherwise, or when the server refuses it (HTTP 400/422 on the
-           first request), like ``tool``
+           an object root; otherwise, or when the server refuses or fails on it (an HTTP
+           4xx or 408/5xx answer to the first request), like ``tool``
 json       native JSON-object mode plus the schema in the prompt, for an object root;
-           otherwise like ``tool``
+           otherwise, or when the server refuses or fails on it, like ``tool``
 prompt     the schema and "reply with only JSON" appended to the prompt
 =========  ===========================================================================
 
@@ -53,6 +53,7 @@ from flows.providers import (
     ToolDef,
     Usage,
 )
+from flows.providers.errors import StatusTransport
 from kernel.errors import InvalidArgument, ProviderError, Timeout, Transport
 
 PARTIAL_INTERVAL_S = 0.1
@@ -195,9 +196,10 @@ class _Generation:
                 completion = await model_turn(
                     self.provider, self._request(True), round_no, retry_event, on_item=self.partials
                 )
-            except Transport:
-                # The stream broke on the wire: one blocking request, if there is time left.
-                if self.loop.time() >= self.deadline:
+            except Transport as err:
+                # The stream broke on the wire: one blocking request, if there is time left. (A
+                # server that answered with a status would answer the same way: not retried here.)
+                if isinstance(err, StatusTransport) or self.loop.time() >= self.deadline:
                     raise
                 completion = await model_turn(self.provider, self._request(False), round_no, retry_event)
         except Timeout:
@@ -251,12 +253,14 @@ class _Generation:
         while True:
             try:
                 completion = await self._ask(repairs)
-            except ProviderError as err:
-                # A server that refuses native strict schemas: fall back once, before any repair.
-                if self.mode == "strict" and repairs == 0 and err.data.get("status") in (400, 422):
+            except (ProviderError, StatusTransport):
+                # A server that refuses (4xx) or fails on (5xx) a native strict/JSON response format:
+                # fall back once, before any repair, to the forced tool (or the prompt). A failure
+                # that is not about the request repeats in the fallback and comes back typed.
+                if self.mode in ("strict", "json") and repairs == 0:
                     self.mode = "tool" if self.provider.features.tool_choice else "prompt"
-                    if self.mode == "prompt":
-                        self.messages = [Message("user", self.params.prompt + _instructions(self.params))]
+                    user = self.params.prompt + (_instructions(self.params) if self.mode == "prompt" else "")
+                    self.messages = [Message("user", user)]
                     continue
                 raise
             try:

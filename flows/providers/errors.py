@@ -68,6 +68,17 @@ def _cap(ms: float) -> int | None:
     return int(min(max(ms, 0.0), MAX_RETRY_AFTER_MS))
 
 
+class StatusTransport(Transport):
+    """``transport`` that the server *answered* (408/5xx), as opposed to a broken connection or stream:
+    the wire works, so a blocking re-send would not help, but a different request might (a server
+    that fails on a request feature, e.g. llama.cpp's 500 for ``response_format: json_schema``).
+    The kind on the wire is plain ``transport{op}``; ``status`` stays on the object."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message, op=OP)
+        self.status = status
+
+
 def status_error(status: int, headers: Mapping[str, str] | None, detail: str = "") -> ToolError:
     """The typed error for an HTTP status a model API answered with."""
     suffix = f": {bound_text(detail, MAX_DETAIL_CHARS)}" if detail else ""
@@ -78,7 +89,7 @@ def status_error(status: int, headers: Mapping[str, str] | None, detail: str = "
             f"model API rate limited the request (HTTP 429){hint}{suffix}", retry_after_ms=wait
         )
     if status == 408 or status >= 500:
-        return Transport(f"model API failed (HTTP {status}){suffix}", op=OP)
+        return StatusTransport(f"model API failed (HTTP {status}){suffix}", status)
     return ProviderError(f"model API refused the request (HTTP {status}){suffix}", status=status)
 
 

@@ -184,13 +184,21 @@ def test_g3_modes_shape_the_openai_request(
     assert not {"schema", "output_schema", "json_schema"} & set(body)
 
 
-def test_g3_strict_refused_by_the_server_falls_back_to_a_forced_tool(
-    agent: Agent, workspace: Path, env: Any
+@pytest.mark.parametrize(
+    ("mode", "failures"),
+    [("strict", [{"status": 400}]), ("json", [{"status": 422}]), ("strict", [{"status": 500}] * 3)],
+    ids=["strict-400", "json-422", "strict-500"],
+)
+def test_g3_a_refused_native_format_falls_back_to_a_forced_tool(
+    agent: Agent, workspace: Path, env: Any, mode: str, failures: list[dict[str, Any]]
 ) -> None:
-    """G-3: a server that refuses native strict schemas (HTTP 400) gets the forced-tool request."""
-    with env(ScriptedOpenAIServer([{"status": 400}, _object_turn({"name": "Cy", "age": 9})])) as srv:
-        out = agent.session(workspace).generate_object(PERSON, "Cy", mode="strict")
-        assert "tools" in srv.requests[1].body
+    """G-3: a server that refuses (4xx) or fails on (5xx after the bounded retries — llama.cpp's
+    server answers 500 to ``json_schema``) a native response format gets the forced-tool request."""
+    with env(ScriptedOpenAIServer([*failures, _object_turn({"name": "Cy", "age": 9})])) as srv:
+        out = agent.session(workspace).generate_object(PERSON, "Cy", mode=mode)
+        last = srv.requests[-1].body
+        assert len(srv.requests) == len(failures) + 1
+    assert "tools" in last and "response_format" not in last
     assert out["mode_used"] == "tool" and out["repair_rounds"] == 0
 
 
