@@ -279,6 +279,7 @@ class VerificationReport:
     duration_ms: int
     started_at: float  # seconds since the epoch, for the JUnit timestamp
     run_ids: list[str] = field(default_factory=list)
+    session_id: str = ""  # the session whose events (a3s-fleet events) tell how the commands ran
 
     @property
     def passed(self) -> bool:
@@ -307,6 +308,7 @@ class VerificationReport:
             "counts": self.counts(),
             "duration_ms": self.duration_ms,
             "started_at": self.started_at,
+            "session_id": self.session_id,
             "run_ids": self.run_ids,
             "commands": [c.to_json() for c in self.commands],
         }
@@ -358,7 +360,9 @@ def run_plan(
                     progress(done)
             done.run_id = fan.run_id
     final = [r for r in results if r is not None]
-    return VerificationReport(plan.title, final, int((time.monotonic() - t0) * 1000), started_at, run_ids)
+    elapsed = int((time.monotonic() - t0) * 1000)
+    session_id = str(getattr(session, "id", "") or "")
+    return VerificationReport(plan.title, final, elapsed, started_at, run_ids, session_id)
 
 
 def command_result(command: CommandSpec, outcome: Any, run_id: str) -> CommandResult:

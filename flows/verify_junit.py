@@ -68,6 +68,8 @@ def render_junit(report: VerificationReport) -> str:
     )
     props = ET.SubElement(suite, "properties")
     ET.SubElement(props, "property", name="verdict", value=report.verdict)
+    if report.session_id:
+        ET.SubElement(props, "property", name="session_id", value=xml_safe(report.session_id))
     for run_id in report.run_ids:
         ET.SubElement(props, "property", name="run_id", value=xml_safe(run_id))
     for command in report.commands:

@@ -14,6 +14,7 @@ loads Celery).
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
@@ -70,7 +71,31 @@ def _policy(name: str) -> Any:
     )
 
 
-@click.group()
+class OneLineGroup(click.Group):
+    """Click's own errors (a bad option, a missing argument) in one line too, like every other error:
+    ``error: <message> (<command> -h for help)`` and click's exit code (2 for usage errors)."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(*args, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as exc:  # `a3s-fleet` alone: the help text
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "a3s-fleet"
+            click.echo(f"error: {' '.join(exc.format_message().split())} ({where} -h for help)", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("error: interrupted", err=True)
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="a3s-fleet")
 def main() -> None:
     """a3s-fleet: the governed tool system of an AI coding agent, embedded or as a Celery fleet."""
@@ -156,6 +181,12 @@ def tool_cmd(
             workspace, SessionOptions(tool_result_transform_policy=_policy(policy), **mcp)
         )
         report_mcp(session)
+        known = session.tool_names()
+        if name not in known:  # a typo: say so with the nearest names, in one line
+            near = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(near)}?" if near else ""
+            click.echo(f"error: unknown tool {name!r}{hint} (a3s-fleet tools lists them)", err=True)
+            sys.exit(2)
         result = session.tool(name, args)
     if as_json:
         data = result.to_json()

@@ -13,6 +13,11 @@ workers need not all subscribe to each other's events.
 ``status`` prints the workers that answer (with their active jobs), the length of each queue
 (plus messages delivered but not yet acknowledged), and the runs orchestrators are waiting on.
 
+The broker is ``--broker``, else ``A3S_BROKER_URL`` — the same rule as ``verify`` and the SDK: with
+neither, a3s-fleet runs embedded, so ``status`` says so (exit 0) and ``worker``/``events``, which
+need a fleet, fail with one line. Every command names the broker it uses (credentials masked); a
+malformed URL or an unreachable broker is one ``error:`` line and exit 2, never a traceback.
+
 ``register(main)`` adds these commands (and ``verify`` from ``orchestrator.cli_verify`` when that
 module exists) to the ``a3s-fleet`` group.
 """
@@ -23,8 +28,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from functools import wraps
+from typing import Any, TypeVar
 
 import click
 
@@ -37,6 +43,78 @@ STATUS_TIMEOUT_S = 1.0
 PRIORITY_SEPARATOR = "\x06\x16"  # kombu's redis transport keeps priority levels in sibling lists
 PRIORITY_STEPS = (3, 6, 9)
 STALE_RUN_MS = 15_000  # an orchestrator refreshes its runs every few seconds (dispatch.HEARTBEAT_S)
+WORKER_CONNECT_S = 10.0  # a worker waits this long for its broker before it gives up (one line)
+BROKER_PING_TIMEOUT_S = 2.0
+NO_BROKER = "pass --broker redis://HOST:PORT/DB or set A3S_BROKER_URL"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _one_line_errors(fn: F) -> F:
+    """``orchestrator.cli``'s guard (imported when called: that module imports this one)."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from orchestrator.cli import _one_line_errors as guard
+
+        return guard(fn)(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _fail(message: str, code: int = 2) -> Any:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def fleet_settings(broker: str | None, *, needed_by: str | None = None) -> Settings | None:
+    """The settings of the fleet ``--broker``/``A3S_BROKER_URL`` names (URL checked), or ``None``
+    when neither is set (embedded) — then a command ``needed_by`` a fleet fails in one line."""
+    from workers.app import check_broker_url
+
+    settings = Settings(**({"broker_url": broker} if broker else {}))
+    if not settings.broker_url:
+        if needed_by:
+            _fail(
+                f"no broker: {needed_by} needs a fleet and a3s-fleet runs embedded without one; {NO_BROKER}"
+            )
+        return None
+    check_broker_url(settings.broker_url)
+    return settings
+
+
+def broker_label(settings: Settings) -> str:
+    from workers.app import broker_url, redact_url
+
+    return redact_url(broker_url(settings))
+
+
+def ping_broker(settings: Settings, wait_s: float = 0.0) -> None:
+    """Raise ``transport{op: "broker"}`` naming the broker when it does not answer within ``wait_s``."""
+    import redis
+
+    from kernel.errors import Transport
+    from workers.app import broker_url
+
+    client = redis.Redis.from_url(
+        broker_url(settings),
+        socket_timeout=BROKER_PING_TIMEOUT_S,
+        socket_connect_timeout=BROKER_PING_TIMEOUT_S,
+    )
+    deadline = time.monotonic() + wait_s
+    try:
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.RedisError as exc:
+                if time.monotonic() >= deadline:
+                    raise Transport(
+                        f"broker {broker_label(settings)} unreachable: {exc}", op="broker"
+                    ) from None
+                time.sleep(0.25)
+    finally:
+        client.close()
 
 
 def worker_argv(
@@ -73,6 +151,7 @@ def worker_argv(
 @click.option("--loglevel", "-l", default="INFO", show_default=True)
 @mcp_config_option
 @click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
+@_one_line_errors
 def worker_cmd(
     broker: str | None,
     concurrency: int,
@@ -84,16 +163,23 @@ def worker_cmd(
     celery_args: tuple[str, ...],
 ) -> None:
     """Run a fleet worker: `celery worker` with the fleet's app, queue and settings."""
+    settings = fleet_settings(broker, needed_by="a worker")
+    assert settings is not None
     env = dict(os.environ)
     if broker:
         env["A3S_BROKER_URL"] = broker
     if mcp_config:  # the servers this worker may start; checked now, read by each worker process
         check_mcp_config(mcp_config)
         env["A3S_MCP_CONFIG"] = os.path.abspath(mcp_config)
-    settings = Settings(**({"broker_url": broker} if broker else {}))
     from workers.app import check_time_limits
 
     check_time_limits(settings)  # fail here, in one line, rather than in Celery's traceback
+    # Celery would retry an unreachable broker forever, logging a traceback each time: give it a
+    # few seconds here (a broker starting beside us), then say so in one line.
+    ping_broker(settings, WORKER_CONNECT_S)
+    click.echo(
+        f"a3s-fleet worker: broker {broker_label(settings)}, queues {queues or settings.queue}", err=True
+    )
     if pool == "threads":  # threads that ignore terminate requests instead of logging errors
         from workers.pools import THREADS_POOL
 
@@ -177,19 +263,13 @@ def collect_status(settings: Settings, timeout_s: float = STATUS_TIMEOUT_S) -> d
         for name in sorted(active)
     ]
     return {
-        "broker": _redact(broker_url(settings)),
+        "broker": broker_label(settings),
+        "mode": "fleet",
         "workers": workers,
         "queues": queues,
         "unacked": unacked,
         "runs": runs,
     }
-
-
-def _redact(url: str) -> str:
-    if "@" not in url:
-        return url
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://***@{rest.split('@', 1)[1]}"
 
 
 @click.command("status")
@@ -198,16 +278,28 @@ def _redact(url: str) -> str:
 @click.option(
     "--timeout", type=float, default=STATUS_TIMEOUT_S, show_default=True, help="Seconds to wait for workers."
 )
+@_one_line_errors
 def status_cmd(broker: str | None, as_json: bool, timeout: float) -> None:
     """Show the fleet: workers, queue lengths, running runs."""
-    from kernel.errors import ToolError
-
-    settings = Settings(**({"broker_url": broker} if broker else {}))
-    try:
-        status = collect_status(settings, timeout)
-    except ToolError as exc:
-        click.echo(f"error: {exc.kind}: {exc.message}", err=True)
-        sys.exit(2)
+    settings = fleet_settings(broker)
+    if settings is None:  # the same default as verify and the SDK: embedded
+        if as_json:
+            empty = {
+                "broker": None,
+                "mode": "embedded",
+                "workers": [],
+                "queues": {},
+                "unacked": 0,
+                "runs": [],
+            }
+            click.echo(json.dumps(empty))
+        else:
+            click.echo(
+                f"broker   none: embedded (calls run in the calling process); {NO_BROKER} to see a fleet"
+            )
+        return
+    ping_broker(settings)
+    status = collect_status(settings, timeout)
     if as_json:
         click.echo(json.dumps(status))
         return
@@ -236,25 +328,31 @@ def status_cmd(broker: str | None, as_json: bool, timeout: float) -> None:
 @click.option("--after", "after_id", default="0-0", show_default=True, help="Resume after this stream id.")
 @click.option("--follow", is_flag=True, help="Keep waiting for new events (Ctrl-C to stop).")
 @click.option("--idle-timeout", type=float, default=None, help="With --follow: stop after S quiet seconds.")
+@_one_line_errors
 def events_cmd(
     session_id: str, broker: str | None, after_id: str, follow: bool, idle_timeout: float | None
 ) -> None:
     """Print a fleet session's events as JSON lines (stream id + event), in order, from any process."""
-    from kernel.errors import ToolError
     from orchestrator.event_stream import follow as follow_stream
+    from orchestrator.event_stream import session_has_events
     from workers.runtime import state_url
 
-    settings = Settings(**({"broker_url": broker} if broker else {}))
-    try:
-        for stream_id, event in follow_stream(
-            state_url(settings), session_id, after_id=after_id, live=follow, idle_timeout_s=idle_timeout
-        ):
-            click.echo(json.dumps({"id": stream_id, **event.to_json()}))
-    except ToolError as exc:
-        click.echo(f"error: {exc.kind}: {exc.message}", err=True)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    settings = fleet_settings(broker, needed_by="events")
+    assert settings is not None
+    url = state_url(settings)
+    where = broker_label(settings)
+    ping_broker(settings)
+    if not session_has_events(url, session_id):
+        if not follow:
+            _fail(
+                f"no events for session {session_id!r} on {where} (unknown session id, or its events expired)",
+                1,
+            )
+        click.echo(f"events: session {session_id!r} has no events on {where} yet; waiting", err=True)
+    for stream_id, event in follow_stream(
+        url, session_id, after_id=after_id, live=follow, idle_timeout_s=idle_timeout
+    ):
+        click.echo(json.dumps({"id": stream_id, **event.to_json()}))
 
 
 def register(main: click.Group) -> None:

@@ -11,8 +11,10 @@ head + 23.5 KiB tail per command, the rest kept as an artifact), ``conservative`
 ``context-efficient``.
 
 Exit codes: 0 when every required command passed; 1 when one failed (the reports are still
-written); 2 on a bad plan, workspace or report path, with a one-line ``error:`` message; 130 when
-interrupted. Progress: one line per finished command (✓/✗, duration) as it finishes; on a terminal
+written); 2 on a bad plan, workspace, broker or report path (checked before anything runs), or a
+broker on which no worker consumes the queue, with a one-line ``error:`` message; 130 when
+interrupted. The first line names the broker (or ``embedded``) and the session id, which the JSON
+and JUnit reports carry too. Progress: one line per finished command (✓/✗, duration) as it finishes; on a terminal
 also a status line with a spinner, redrawn in place and erased before each line is printed, so
 logs captured from a pipe contain only the finished lines and the summary.
 """
@@ -81,6 +83,7 @@ def verify_cmd(
         loaded = load_plan(plan)
     except ToolError as exc:
         _fail(f"bad plan: {exc.message}")
+    _check_outputs(json_path, junit_path)  # a report we could not write is found out now, not after
     try:
         report = _run(loaded, broker, workspace, policy)
     except KeyboardInterrupt:
@@ -102,8 +105,12 @@ def _run(plan: Any, broker: str | None, workspace: str, policy: str) -> Any:
     from kernel.options import SessionOptions
     from kernel.projection import ToolResultTransformPolicyV1 as Policy
     from orchestrator.agent import Agent
+    from orchestrator.cli_fleet import broker_label, fleet_settings
 
-    settings = Settings(broker_url=broker) if broker else Settings()
+    try:  # --broker, else A3S_BROKER_URL, else embedded: the rule of every a3s-fleet command
+        settings = fleet_settings(broker) or Settings()
+    except ToolError as exc:
+        _fail(exc.message)
     longest = max(c.timeout_ms for c in plan.commands)
     projection = {
         "verification": verification_policy,
@@ -128,9 +135,11 @@ def _run(plan: Any, broker: str | None, workspace: str, policy: str) -> Any:
                 require_workers(settings)
             except ToolError as exc:
                 _fail(exc.message)
-        where = "embedded" if settings.embedded else f"fleet {settings.broker_url}"
+        where = (
+            "embedded" if settings.embedded else f"fleet {broker_label(settings)} (queue {settings.queue})"
+        )
         display = Progress(sys.stdout, plan)
-        display.header(where)
+        display.header(f"{where}, session {session.id}")
         display.start()
         try:
             report = run_plan(session, plan, display.finished)
@@ -143,6 +152,23 @@ def _run(plan: Any, broker: str | None, workspace: str, policy: str) -> Any:
 def _fail(message: str) -> Any:
     click.echo(f"error: {message}", err=True)
     sys.exit(2)
+
+
+def _check_outputs(*paths: Path | None) -> None:
+    """Every report path can be written — checked before the plan runs (exit 2, one line)."""
+    given = [p for p in paths if p is not None]
+    if len({p.resolve() for p in given}) < len(given):
+        _fail("--json and --junit name the same file")
+    for path in given:
+        if path.is_dir():
+            _fail(f"cannot write report: {path} is a directory")
+        probe = path.with_name(f".{path.name}.probe")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            _fail(f"cannot write report: {exc.filename or path}: {exc.strerror or exc}")
 
 
 def _write(path: Path, text: str) -> None:

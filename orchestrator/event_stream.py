@@ -61,3 +61,17 @@ def follow(
                 yield item.id, item.event
             cursor = batch[-1].id
     yield from ((item.id, item.event) for item in reader.read(after_id, idle_timeout_s=idle_timeout_s))
+
+
+def session_has_events(state_url: str, session_id: str) -> bool:
+    """Whether the session's stream exists (an unknown session id, or expired events: no)."""
+    from workers.state import make_client
+    from workers.state.events import stream_key
+    from workers.state.redis_client import redis_errors
+
+    client = make_client(state_url)
+    try:
+        with redis_errors("events.exists"):
+            return bool(client.exists(stream_key("a3s", session_id)))
+    finally:
+        client.close()

@@ -45,6 +45,7 @@ BROKER_CONNECT_TIMEOUT_S = 5
 MIN_RESTORE_INTERVAL_S = 1
 MAX_RESTORE_INTERVAL_S = 5  # DEPENDENCIES §1: 5 s sweeps worked; more often only costs SCANs
 WORKER_LOST_WAIT_S = 1.0
+BROKER_SCHEMES = ("redis", "rediss", "unix")
 PUBLISH_RETRY_POLICY = {"max_retries": 3, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 
 
@@ -65,6 +66,27 @@ def check_time_limits(settings: Settings) -> None:
 
 def broker_url(settings: Settings) -> str:
     return settings.broker_url or DEFAULT_BROKER_URL
+
+
+def check_broker_url(url: str) -> str:
+    """``url`` if it names a Redis broker the fleet can use, else ``InvalidArgument`` in one line."""
+    from urllib.parse import urlsplit
+
+    import redis
+
+    parts = urlsplit(url)
+    if parts.scheme not in BROKER_SCHEMES:
+        raise InvalidArgument(
+            f"broker URL {redact_url(url)!r} must start with redis://, rediss:// or unix:// "
+            "(e.g. redis://127.0.0.1:6379/0)",
+            path="broker_url",
+        )
+    try:
+        _ = parts.port  # an out-of-range or non-numeric port
+        redis.ConnectionPool.from_url(url)  # parses only: no connection
+    except ValueError as exc:
+        raise InvalidArgument(f"malformed broker URL {redact_url(url)!r}: {exc}", path="broker_url") from None
+    return url
 
 
 def redact_url(url: str) -> str:
