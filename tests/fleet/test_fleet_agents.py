@@ -386,3 +386,49 @@ def test_f1_worker_takes_concurrency_and_passes_other_celery_options_on(
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=5)
+
+
+def test_x3_background_children_on_the_fleet_deliver_their_result_later(
+    fleet: FleetEnv, spawn_worker: WorkerFactory, model: Model, ws: Path, tmp_path: Path
+) -> None:
+    """X-3: ``background: true`` returns a handle at once — from an SDK session (the result through
+    ``session.task_result``) and from a batch job on a worker (the result stored for the SDK and sent as
+    ``subagent_end`` to the parent's session stream, after the parent already finished)."""
+    import re
+    import time
+
+    import redis
+
+    from orchestrator import Agent
+    from workers.agent_protocol import task_result_key
+
+    env = model.env(fleet)
+    spawn_worker(env, "bg", pool="threads", concurrency=2)
+    model.scripts["sdk-bg"] = [{"delay_s": 0.5, "text": "sdk background answer"}]
+    with Agent(env.settings(), model=MODEL) as agent:
+        session = agent.session(str(ws), SessionOptions(permission_policy=PermissionPolicy(allow=["*"])))
+        started = session.task(item("sdk-bg"), background=True)
+        handle = started.metadata["background_task"]
+        result = session.task_result(handle["task_id"], timeout=60)
+    assert result["output"] == "sdk background answer" and result["success"]
+
+    model.scripts["JOB bg"] = [task_call(item("job-bg", background=True)), {"text": "parent finished first"}]
+    model.scripts["job-bg"] = [{"delay_s": 1.0, "text": "job background answer"}]
+    rows = batch_of(model, env, ws, tmp_path, [{"id": "bg", "prompt": "JOB bg"}])
+    assert rows["bg"]["success"] and rows["bg"]["text"] == "parent finished first"
+    [handle_text] = tool_messages(model.bodies("JOB bg")[-1])
+    task_id = re.search(r"Started background task (\S+)", handle_text).group(1)  # type: ignore[union-attr]
+    client = redis.Redis.from_url(fleet.url, decode_responses=True)
+    deadline = time.monotonic() + 60
+    while (raw := client.get(task_result_key(task_id))) is None:
+        assert time.monotonic() < deadline, "the background child never reported"
+        time.sleep(0.1)
+    stored = json.loads(raw)
+    assert stored["output"] == "job background answer" and stored["success"]
+    stream = f"a3s:events:{rows['bg']['session_id']}"
+    ends = [
+        json.loads(fields["event"])
+        for _id, fields in client.xrange(stream)
+        if json.loads(fields.get("event", "{}")).get("type") == "subagent_end"
+    ]
+    assert len(ends) == 1 and ends[0]["data"]["background"] and ends[0]["data"]["task_id"] == task_id
