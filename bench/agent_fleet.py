@@ -6,8 +6,8 @@
 1. A 32-child ``task`` fan-out (``session.tasks`` on a fleet: each child an ``a3s.agent`` job that
    builds its own session on the parent's workspace, runs the agent loop — one model request to a
    local zero-latency OpenAI-compatible endpoint — and reports its bounded ``TaskResult``) vs a bare
-   Celery ``group`` of 32 tasks each posting the same chat request to the same endpoint. Target
-   <= 1.5x.
+   Celery ``group`` of 32 tasks each making the same HTTP call (the request body a child sent, through
+   the same ``openai`` SDK) to the same endpoint. Target <= 1.5x.
 2. Batch throughput: ``--jobs`` one-turn agent jobs (``a3s-fleet batch``'s code: each job an
    ``a3s.agent`` run on its own session, its result appended to a results file) vs ``--jobs`` bare
    tasks in one group, in jobs/s both ways.
@@ -105,6 +105,14 @@ def run_bench(opts: argparse.Namespace, log_dir: Path) -> dict[str, float]:
                     )
                     return time.perf_counter() - t0
 
+                a3s_round()  # warm up, and record the request a child sends: the bare tasks send the same
+                import redis
+
+                from bench.agent_fleet_support import BODY_KEY
+
+                body = dict(endpoint.last_body)
+                body.pop("stream", None)
+                redis.Redis.from_url(opts.redis).set(BODY_KEY, json.dumps(body))
                 for i in range(WARMUP + opts.rounds):
                     a, b = a3s_round(), bare_round(32)
                     if i >= WARMUP:

@@ -2,10 +2,14 @@
 bare-Celery baseline (``celery -A bench.agent_fleet_support:app``) whose task makes the same HTTP call.
 
 The endpoint answers every ``POST /v1/chat/completions`` at once with one fixed assistant message
-(streamed when the request asks), keep-alive, from a thread per connection: the model is not what
-is measured. The bare task posts the same kind of request (a system and a user message, no tools)
-through one ``httpx.Client`` per worker process and reads the answer's text — what a child run does
-at the least, without the agent runtime around it.
+(streamed when the request asks), keep-alive, TCP_NODELAY, from a thread per connection: the model is
+not what is measured. It records the last request body it saw.
+
+The bare task makes *the same HTTP call* as a child run: the request body a child sent (recorded by
+the endpoint, handed to the bare workers through Redis key ``BODY_KEY``; only the prompt changes per
+task), sent with the same official ``openai`` SDK (one client per worker process) — so what differs
+is only what a3s adds around the call: the job envelope, the child's session, the agent loop, the
+kernel, the bounded result and the fan-in.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 BARE_TASK = "bench.chat"
+BODY_KEY = "bench:agent_fleet:child_request"
 ANSWER = "The answer is 42."
 
 
@@ -52,15 +57,23 @@ class ZeroLatencyServer:
     """``with ZeroLatencyServer() as s: s.base_url`` — ``http://127.0.0.1:PORT/v1``."""
 
     def __init__(self) -> None:
+        self.last_body: dict[str, Any] = {}
+        owner = self
+
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body are separate writes: without TCP_NODELAY, Nagle's algorithm and the
+            # client's delayed ACK stall every answer by ~40 ms — then the endpoint is all we measure.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args: Any) -> None:
                 pass
 
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                stream = bool(json.loads(raw or b"{}").get("stream"))
+                body = json.loads(raw or b"{}")
+                owner.last_body = body
+                stream = bool(body.get("stream"))
                 parts = _completion(stream)
                 self.send_response(200)
                 if stream:
@@ -96,27 +109,26 @@ class ZeroLatencyServer:
 
 
 _CLIENT: Any = None
+_BODY: dict[str, Any] | None = None
 
 
 def _chat(prompt: str) -> str:
-    import httpx
+    import openai
+    import redis
 
-    global _CLIENT
+    global _CLIENT, _BODY
     if _CLIENT is None:
-        _CLIENT = httpx.Client(base_url=os.environ["OPENAI_BASE_URL"], timeout=30)
-    resp = _CLIENT.post(
-        "/chat/completions",
-        headers={"Authorization": f"Bearer {os.environ.get('OPENAI_API_KEY', 'unused')}"},
-        json={
-            "model": "bench",
-            "messages": [
-                {"role": "system", "content": "You are a sub-agent."},
-                {"role": "user", "content": prompt},
-            ],
-        },
-    )
-    resp.raise_for_status()
-    return str(resp.json()["choices"][0]["message"]["content"])
+        _CLIENT = openai.OpenAI(base_url=os.environ["OPENAI_BASE_URL"], max_retries=0, timeout=30)
+    if _BODY is None:
+        raw = redis.Redis.from_url(os.environ["A3S_BROKER_URL"]).get(BODY_KEY)
+        _BODY = json.loads(raw or b"{}")
+    body = dict(_BODY)
+    messages = [dict(m) for m in body.pop("messages", [])]
+    for m in messages:
+        if m.get("role") == "user":
+            m["content"] = prompt
+    response = _CLIENT.chat.completions.create(messages=messages, **body)
+    return str(response.choices[0].message.content)
 
 
 def make_bare_app() -> Any:

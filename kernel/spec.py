@@ -9,7 +9,6 @@ message names the failing JSON path (``/files/0/limit: …`` or ``$: …``), at 
 
 from __future__ import annotations
 
-import copy
 import functools
 import re
 from collections.abc import Awaitable, Callable, Sequence
@@ -99,7 +98,9 @@ class ToolSpec:
     @cached_property
     def json_schema(self) -> dict[str, Any]:
         if self.params is not None:
-            schema = copy.deepcopy(_params_schema(self.params))
+            # A top-level copy (``examples`` is added below); nested parts are shared with every spec of
+            # the same params class and, like the whole schema, never mutated.
+            schema = dict(_params_schema(self.params))
         else:
             assert self.parameters is not None
             schema = dict(self.parameters)
@@ -149,7 +150,7 @@ class ToolSpec:
 def _params_schema(params: type[BaseModel]) -> dict[str, Any]:
     """A pydantic model's generated schema, once per model class: every session builds its registry
     from the same specs (copies, with ``dataclasses.replace``), and generating a schema costs ~0.5 ms
-    — most of a session's build time before this cache. Callers get a deep copy."""
+    — most of a session's build time before this cache. Read-only: callers copy what they change."""
     schema = params.model_json_schema()
     schema.setdefault("additionalProperties", False)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"

@@ -119,7 +119,7 @@ def run_agent_job(app: Celery, raw: Any, delivery: Any, rt: WorkerRuntime) -> di
         if is_poison(check, rt.settings.max_deliveries):
             err: ToolError = poison_error(delivery.task_id, check.deliveries, rt.settings.max_deliveries)
             outcome = jobs.done(ToolResult.failure(AGENT_TASK, err))
-        elif check.cancelled or jobs.cancel_requested():
+        elif check.cancelled or (env.cancel_keys and jobs.cancel_requested()):
             outcome = jobs.done(
                 ToolResult.failure(AGENT_TASK, Cancelled("agent run cancelled", op=AGENT_TASK))
             )
@@ -170,6 +170,7 @@ class AgentJobs(AgentSegments):
         self.env = env
         self.delivery = delivery
         self.deliveries = 0
+        self.attempt = 1  # the step claim's attempt: > 1 when an earlier delivery died mid-segment
         self.store = SuspendStore(rt.client)
 
     # ---- outcomes -------------------------------------------------------------------------------
@@ -309,8 +310,16 @@ class AgentJobs(AgentSegments):
         key = StepKey(env.agent_run_id, env.query_digest(), f"seg:{env.segment}")
         lease = step_lease_ms(rt.settings)
         deadline = started + rt.settings.job_soft_time_limit_s
+        if env.kind == "child":
+            # A child has no effect beyond its own tool calls (which meet the usual rules) and its
+            # report, which every target counts once (HSETNX in a suspension, the task id on a run's
+            # list): a redelivered child simply runs again, and the step store's two round trips — a
+            # third of a short child's cost — are saved. Run and resume segments publish children and
+            # continuations, so they are claimed.
+            return rt.drive(self._supervise(self._execute(), None, 0, lease, deadline))
         while True:
             claim = rt.steps.claim(key, lease_ms=lease)
+            self.attempt = getattr(claim, "attempt", 1)
             if isinstance(claim, Completed):
                 return dict(claim.result)  # recovered: report it again (idempotent on every target)
             if not isinstance(claim, Busy):
@@ -330,7 +339,7 @@ class AgentJobs(AgentSegments):
     async def _supervise(
         self,
         coro: Coroutine[Any, Any, dict[str, Any]],
-        key: StepKey,
+        key: StepKey | None,
         attempt: int,
         lease: int,
         deadline: float,
@@ -359,7 +368,7 @@ class AgentJobs(AgentSegments):
                 task.cancel()
                 await asyncio.wait([task], timeout=STOP_SETTLE_S)
                 return self.done(ToolResult.failure(AGENT_TASK, stop), self._report_target())
-            if time.monotonic() >= renew_at:
+            if key is not None and time.monotonic() >= renew_at:
                 try:
                     self.rt.steps.renew(key, attempt, lease_ms=lease)
                     renew_at = time.monotonic() + lease / 1000 / LEASE_RENEWALS

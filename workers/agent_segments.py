@@ -47,6 +47,7 @@ class AgentSegments(abc.ABC):
     env: AgentEnvelope
     store: Any
     delivery: Any
+    attempt: int
 
     @abc.abstractmethod
     def done(self, result: ToolResult, report: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -101,8 +102,11 @@ class AgentSegments(abc.ABC):
         """Run (or resume) the loop for this segment; finish, or suspend on pending ``task`` calls."""
         env = self.env
         sid = suspension_id(env.agent_run_id, env.segment)
-        existing = self.store.load(sid)
-        if existing is not None:  # a redelivered segment that had suspended: publish its children again
+        # A redelivered segment that had suspended publishes its children again (the first attempt of a
+        # first delivery cannot have suspended: one round trip saved).
+        retried = self.attempt > 1 or bool(getattr(self.delivery, "redelivered", False))
+        existing = self.store.load(sid) if retried else None
+        if existing is not None:
             self._publish_children(existing.state)
             return {"kind": "suspended", "sid": sid}
         children = SuspendingChildren(self)

@@ -85,6 +85,7 @@ class WorkerRuntime:
             self.mcp,
         )
         self._sessions: OrderedDict[str, SessionCore] = OrderedDict()
+        self._snapshots: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._inline: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
 
@@ -111,8 +112,19 @@ class WorkerRuntime:
         return self.session(snapshot, actual)
 
     def stored_snapshot(self, digest: str) -> dict[str, Any]:
-        """The snapshot stored under ``snapshot:{digest}`` (``transport`` when gone)."""
-        return self._stored_snapshot(digest)
+        """The snapshot stored under ``snapshot:{digest}`` (``transport`` when gone). Content-addressed,
+        so immutable: kept per process (the 32 children of a fan-out name one parent snapshot)."""
+        with self._lock:
+            found = self._snapshots.get(digest)
+            if found is not None:
+                self._snapshots.move_to_end(digest)
+                return found
+        snapshot = self._stored_snapshot(digest)
+        with self._lock:
+            self._snapshots[digest] = snapshot
+            while len(self._snapshots) > MAX_CACHED_SESSIONS:
+                self._snapshots.popitem(last=False)
+        return snapshot
 
     def _stored_snapshot(self, digest: str) -> dict[str, Any]:
         with redis_errors("fleet.snapshot"):

@@ -106,13 +106,18 @@ class OpenAIChatProvider:
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         params: dict[str, Any] = {"model": self.model, "messages": wire_messages(request)}
         if request.tools:
-            params["tools"] = [
-                {
-                    "type": "function",
-                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
-                }
-                for t in request.tools
-            ]
+            # As ``extra_body``: the same JSON on the wire, but the SDK does not walk every nested key
+            # of every tool schema through its TypedDict transform (~5 ms a request for the built-in
+            # surface — more than the rest of an agent step). The schemas are plain JSON already.
+            params["extra_body"] = {
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                    }
+                    for t in request.tools
+                ]
+            }
         if request.tool_choice is not None:
             choice = request.tool_choice
             params["tool_choice"] = (
