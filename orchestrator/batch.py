@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -116,12 +117,15 @@ def run_batch(req: BatchRequest, progress: ProgressFn | None = None) -> BatchPro
     with ResultsWriter(req.out_path) as writer, Agent(req.settings) as agent:
         runner = _Embedded(agent, policy) if req.settings.embedded else _Fleet(agent, policy)
 
+        lock = threading.Lock()
+
         def record(job: Job, row: dict[str, Any]) -> None:
             writer.write(row)
-            if row["success"]:
-                state.done += 1
-            else:
-                state.failed += 1
+            with lock:
+                if row["success"]:
+                    state.done += 1
+                else:
+                    state.failed += 1
             if progress:
                 progress(state)
 
@@ -151,6 +155,7 @@ class _Embedded:
     def __init__(self, agent: Any, policy: PermissionPolicy) -> None:
         self.agent = agent
         self.policy = policy
+        self.lock = threading.Lock()
 
     def run(
         self,
@@ -172,7 +177,8 @@ class _Embedded:
         self, job: Job, req: BatchRequest, default_model: str | None, state: BatchProgress, progress: Any
     ) -> tuple[Job, dict[str, Any]]:
         started = time.monotonic()
-        state.running += 1
+        with self.lock:
+            state.running += 1
         if progress:
             progress(state)
         try:
@@ -203,7 +209,8 @@ class _Embedded:
                 self.agent.release(session)
             return job, _row(job, result, started)
         finally:
-            state.running -= 1
+            with self.lock:
+                state.running -= 1
 
 
 class _Fleet:
@@ -265,7 +272,8 @@ class _Fleet:
                 finally:
                     state.running -= 1
                 result.metadata.setdefault("agent_run", {}).setdefault("session_id", snapshot["session_id"])
-                record(job, _row(job, result, started))
+                # The line is fsynced: off the loop, whose reader feeds every other job's result.
+                await asyncio.to_thread(record, job, _row(job, result, started))
 
         async def main() -> None:
             try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -181,6 +182,7 @@ class ResultsWriter:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self._lock = threading.Lock()
         _cut_torn_tail(self.path)
         try:
             self._fh: TextIO = open(self.path, "a", encoding="utf-8")
@@ -190,9 +192,11 @@ class ResultsWriter:
             ) from None
 
     def write(self, row: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(row, ensure_ascii=False, separators=(",", ":"), default=str) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        line = json.dumps(row, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
+        with self._lock:  # results arrive from several threads; each line is whole and durable
+            self._fh.write(line)
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
 
     def close(self) -> None:
         self._fh.close()
