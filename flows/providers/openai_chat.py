@@ -113,7 +113,11 @@ class OpenAIChatProvider:
                 "tools": [
                     {
                         "type": "function",
-                        "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                        "function": {
+                            "name": t.name,
+                            "description": t.description,
+                            "parameters": t.parameters,
+                        },
                     }
                     for t in request.tools
                 ]
