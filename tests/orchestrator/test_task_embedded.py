@@ -314,3 +314,21 @@ def test_x3_children_inherit_the_parents_hooks_and_a_share_of_its_budget(model, 
     assert "alpha" in first
     assert "budget_exhausted" in second or "Budget exhausted" in second
     assert "ls" in seen  # the parent's hook ran in the child
+
+
+def test_f2_a_workflow_task_step_fans_out_children(model, agent, ws) -> None:
+    """F-2, X-3: a multi-item ``task`` is a workflow step (never a call inside the QuickJS VM): its
+    children run and the step's output carries their results."""
+    model.scripts["wf-a"] = [{"text": "from a"}]
+    model.scripts["wf-b"] = [{"text": "from b"}]
+    source = """
+    async function run(wf, input) {
+      const r = await wf.step('kids', 'task', {tasks: [
+        {agent: 'explore', description: 'a', prompt: 'wf-a'},
+        {agent: 'explore', description: 'b', prompt: 'wf-b'}]});
+      return r.metadata.tasks.map(t => t.output);
+    }"""
+    session = agent.session(str(ws), ALLOW_ALL)
+    result = session.workflow(source=source, input={"query": "kids"})
+    assert result.exit_code == 0, result.output
+    assert result.metadata["output"] == ["from a", "from b"]
