@@ -10,12 +10,15 @@ environment only (``OPENAI_BASE_URL``/``OPENAI_API_KEY``, ``ANTHROPIC_*``).
 Policy (docs/agent-cli.md): read-only calls are allowed (``PermissionPolicy(allow_read_only=True)``);
 ``--allow``/``--deny`` add rules in the reference syntax (``bash(git *)``, ``write(src/*)``,
 ``mcp__github__*``), deny first. Anything else asks: on a terminal the user answers y/N; with no
-terminal to ask (stdin or stderr not a TTY, or the prompt read from stdin) it is denied.
+terminal to ask (stdin or stderr not a TTY, the prompt read from stdin, ``--json``, a fleet run) it
+is denied.
 
 Output: on a terminal the run is shown live (``orchestrator.run_view``): the model's text on
 stdout as it streams, each tool call on stderr with its status and duration, a spinner while one
 runs long. ``--json`` prints one object: ``success``, ``text``, ``session_id``, ``steps``,
 ``tool_calls`` (``[{tool, exit_code, …}]``), ``usage``, ``error``, ``stop_reason``, ``model``.
+With a broker (``--broker`` or ``A3S_BROKER_URL``) the run is one ``a3s.agent`` job on a worker
+(``orchestrator.cli_run_fleet``); the view follows the session's Redis Stream.
 Exit 0 when the run succeeded, 1 when it did not (a provider failure is one ``error:`` line),
 2 on bad input (model name, rule, workspace), 130 when interrupted.
 """
@@ -50,7 +53,7 @@ def register(main: click.Group) -> None:
 @click.argument("prompt")
 @click.option("--model", "-m", default=None, help="provider:NAME (default: A3S_MODEL).")
 @click.option("--workspace", "-w", default=".", show_default=True, help="Directory or git:REPO@REV.")
-@click.option("--max-steps", type=click.IntRange(1, 10_000), default=None, help="Model requests at most.")
+@click.option("--max-steps", type=click.IntRange(1, 1000), default=None, help="Model requests at most.")
 @click.option("--allow", multiple=True, metavar="RULE", help="Allow calls matching RULE (repeatable).")
 @click.option("--deny", multiple=True, metavar="RULE", help="Deny calls matching RULE (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the run's result.")
@@ -88,7 +91,11 @@ def run_cmd(
         )
     parse_model_name(name)  # a bad name is one line before anything starts
     policy = PermissionPolicy(allow=allow, deny=deny, allow_read_only=True)
-    interactive = prompt != "-" and _isatty(sys.stdin) and _isatty(sys.stderr) and not as_json
+    on_fleet = not settings.embedded
+    # Nobody can answer a question mid-run in JSON mode, nor on a worker (the fleet path).
+    interactive = (
+        prompt != "-" and _isatty(sys.stdin) and _isatty(sys.stderr) and not as_json and not on_fleet
+    )
     view = None if as_json else RunView(sys.stdout, sys.stderr)
     asker = _Asker(view) if interactive and view is not None else None
     options = SessionOptions(
@@ -101,7 +108,11 @@ def run_cmd(
         with Agent(settings, model=name) as agent:
             session = agent.session(workspace, options)
             report_mcp(session)
-            if view is None:
+            if on_fleet:
+                from orchestrator.cli_run_fleet import run_on_fleet
+
+                result = run_on_fleet(agent, session, text, name, max_steps, view)
+            elif view is None:
                 result = session.send(text, max_steps=max_steps)
             else:
                 stream = session.stream(text, max_steps=max_steps)
@@ -110,6 +121,8 @@ def run_cmd(
                     if asker is not None:
                         asker.event(event)
                 result = stream.result
+        if view is not None and not view.text_shown:
+            view.text(result.text)  # no text was streamed (a worker's run, a blocking fallback)
     finally:
         if view is not None:
             view.close()

@@ -85,6 +85,7 @@ class RunView:
         self._lock = threading.Lock()
         self._running: dict[str, tuple[str, float]] = {}  # call id → (label, start)
         self._mid_line = False  # the text on `out` does not end with a newline
+        self.text_shown = False  # any model text reached `out` (a fleet run's text comes at the end)
         self._status_shown = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -115,6 +116,7 @@ class RunView:
             self.out.write(text)
             self.out.flush()
             self._mid_line = not text.endswith("\n")
+            self.text_shown = True
 
     def note(self, line: str) -> None:
         with self._lock:

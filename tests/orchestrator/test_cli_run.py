@@ -12,6 +12,7 @@ import json
 import os
 import pty
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -200,3 +201,50 @@ def run_on_terminal(
             proc.wait()
         os.close(master)
     return screen.decode("utf-8", "replace"), code
+
+
+def test_k6_ctrl_c_cancels_the_run_and_its_running_call(workspace: Path) -> None:
+    """SIGINT while a model-chosen command runs: exit 130 with one line, the command is killed."""
+    turns = [{"text": "Waiting.", "tool_calls": [call("bash", command="sleep 37; touch late.txt")]}]
+    with ScriptedOpenAIServer(turns) as srv:
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(("A3S_", "OPENAI_"))}
+        environ.update(srv.env())
+        args = [*BIN, "run", "go", "--model", MODEL, "--allow", "bash(sleep *)", "--allow", "bash(touch *)"]
+        proc = subprocess.Popen(
+            args,
+            cwd=workspace,
+            env=environ,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not sleeping() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert sleeping(), "the command never started"
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "error: interrupted", err
+    deadline = time.monotonic() + 10
+    while sleeping() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not sleeping() and not (workspace / "late.txt").exists()
+
+
+def sleeping() -> bool:
+    """Is the test's `sleep 37` running anywhere on this machine?"""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    if fh.read() == b"sleep\x0037\x00":
+                        return True
+            except OSError:
+                continue
+    return False
