@@ -18,7 +18,7 @@ stdout as it streams, each tool call on stderr with its status and duration, a s
 runs long. ``--json`` prints one object: ``success``, ``text``, ``session_id``, ``steps``,
 ``tool_calls`` (``[{tool, exit_code, …}]``), ``usage``, ``error``, ``stop_reason``, ``model``.
 With a broker (``--broker`` or ``A3S_BROKER_URL``) the run is one ``a3s.agent`` job on a worker
-(``orchestrator.cli_run_fleet``); the view follows the session's Redis Stream.
+(``orchestrator.dispatch_run``); the view follows the session's Redis Stream.
 Exit 0 when the run succeeded, 1 when it did not (a provider failure is one ``error:`` line),
 2 on bad input (model name, rule, workspace), 130 when interrupted.
 """
@@ -71,7 +71,10 @@ def run_cmd(
     mcp_config: str | None,
     mcp_workspace_config: bool,
 ) -> None:
-    """Run the agent on PROMPT (- reads it from stdin) in WORKSPACE; exit 0 when the run succeeds."""
+    """Run the agent on PROMPT (- reads it from stdin) in WORKSPACE; exit 0 when the run succeeds.
+
+    Read-only calls run; --deny/--allow RULE (e.g. 'bash(git *)', 'write(src/*)') decide others;
+    anything else asks on a terminal and is denied without one."""
     from config.settings import Settings
     from flows.providers import parse_model_name
     from kernel.errors import InvalidArgument
@@ -109,7 +112,7 @@ def run_cmd(
             session = agent.session(workspace, options)
             report_mcp(session)
             if on_fleet:
-                from orchestrator.cli_run_fleet import run_on_fleet
+                from orchestrator.dispatch_run import run_on_fleet
 
                 result = run_on_fleet(agent, session, text, name, max_steps, view)
             elif view is None:

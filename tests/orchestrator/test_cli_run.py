@@ -248,3 +248,26 @@ def sleeping() -> bool:
             except OSError:
                 continue
     return False
+
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+
+
+def test_g1_cli_tool_generate_object_with_model_and_bad_arguments_before_any_request(workspace: Path) -> None:
+    """``a3s-fleet tool generate_object ARGS --model M``: the object over the OpenAI wire format;
+    arguments that break G-1 fail with one line before the server sees anything."""
+    turn = {"tool_calls": [{"name": "result", "arguments": {"name": "a3s-fleet"}}]}
+    with ScriptedOpenAIServer([turn]) as srv:
+        args = json.dumps({"schema": SCHEMA, "prompt": "Name the project"})
+        out = run(["tool", "generate_object", args, "--model", MODEL], workspace, srv.env())
+        assert out.returncode == 0, out.stderr
+        data = json.loads(out.stdout)
+        assert data["object"] == {"name": "a3s-fleet"} and data["mode_used"] == "tool"
+        assert srv.requests[0].body["tool_choice"]["function"]["name"] == "result"
+        seen = len(srv.requests)
+        blank = json.dumps({"schema": SCHEMA, "prompt": "  "})
+        bad = run(["tool", "generate_object", blank, "--model", MODEL], workspace, srv.env())
+        assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "prompt" in bad.stderr, bad.stderr
+        assert len(srv.requests) == seen
+    wrong = run(["tool", "generate_object", args, "--model", "gpt-4o"], workspace)
+    assert wrong.returncode == 2 and wrong.stderr.startswith("error: invalid_argument"), wrong.stderr

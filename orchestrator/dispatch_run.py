@@ -1,4 +1,4 @@
-"""``a3s-fleet run --broker``: the run as one ``a3s.agent`` job on a worker (issue 8 item 4; SPEC A-4, F-1, S-5).
+"""The run of ``a3s-fleet run --broker`` as one ``a3s.agent`` job on a worker (issue 8 item 4; SPEC A-4, F-1, S-5).
 
 The session is built here (workspace, permission rules), and its snapshot travels in the job's
 envelope, exactly like a batch job's (``orchestrator.batch``): a worker rebuilds it, runs the loop
