@@ -86,7 +86,12 @@ def run_cmd(
     text = sys.stdin.read() if prompt == "-" else prompt
     if not text.strip():
         raise InvalidArgument("PROMPT is empty")
-    settings = Settings(**({"broker_url": broker} if broker else {}))
+    from orchestrator.cli_fleet import fleet_settings, ping_broker
+
+    # A malformed or unreachable broker is one line and exit 2 before anything starts (issue 13).
+    settings = fleet_settings(broker) or Settings()
+    if not settings.embedded:
+        ping_broker(settings)
     name = model or getattr(settings, "model", None) or os.environ.get("A3S_MODEL") or None
     if not name:
         raise InvalidArgument(

@@ -271,3 +271,11 @@ def test_g1_cli_tool_generate_object_with_model_and_bad_arguments_before_any_req
         assert len(srv.requests) == seen
     wrong = run(["tool", "generate_object", args, "--model", "gpt-4o"], workspace)
     assert wrong.returncode == 2 and wrong.stderr.startswith("error: invalid_argument"), wrong.stderr
+
+
+def test_f1_a_bad_or_unreachable_broker_is_one_line_before_the_run(workspace: Path) -> None:
+    for broker, kind in (("notaurl", "invalid_argument"), ("redis://u:secret@127.0.0.1:9/0", "transport")):
+        demo = f"scripted:{REPO / 'examples' / 'agent-demo.json'}"
+        out = run(["run", "hi", "--model", demo, "--broker", broker], workspace)
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+        assert out.stderr.startswith(f"error: {kind}") and "secret" not in out.stderr
