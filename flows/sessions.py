@@ -51,7 +51,6 @@ from kernel.spec import ToolSpec
 from kernel.statedir import ensure_state_dir
 from kernel.workspace import Workspace
 from tools import builtin_tools
-from tools.search.retrieval import close_retrieval, start_retrieval
 
 CLOSE_SETTLE_S = 5.0
 DRAIN_POLL_S = 0.01
@@ -291,6 +290,8 @@ class SessionFactory:
             core.on_close(close_children)
         if options.workspace_retrieval:
             # The index is session-owned: it starts building now and is freed when the session closes.
+            from tools.search.retrieval import close_retrieval, start_retrieval
+
             start_retrieval(kernel.session_state, ws, kernel.services)
             core.on_close(lambda: close_retrieval(kernel.session_state))
         return core

@@ -36,6 +36,7 @@ class Registry:
         """Add a dynamic (host or MCP) tool; built-ins cannot be shadowed."""
         if spec.builtin:
             raise InvalidArgument("dynamic tools cannot claim to be built-in")
+        _ = spec.json_schema  # a dynamic tool's schema is checked at registration, not at first use
         with self._lock:
             existing = self._tools.get(spec.name)
             if existing is not None and existing.builtin:

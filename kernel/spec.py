@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
-import jsonschema
 from pydantic import BaseModel, ValidationError
 
 from kernel.capabilities import ToolCapabilities
 from kernel.errors import InvalidArgument
 
 if TYPE_CHECKING:
+    import jsonschema
+
     from kernel.context import ToolContext
     from kernel.result import ToolResult
 
@@ -91,9 +92,13 @@ class ToolSpec:
             raise ValueError(f"tool {self.name!r} needs exactly one of params= or parameters=")
         if self.params is not None and self.params.model_config.get("extra") != "forbid":
             raise ValueError(f"tool {self.name!r}: Params must set extra='forbid'")
-        # Build (and so check) the schema now: an invalid schema fails at registration.
-        _ = self.json_schema
-        _ = self._validator
+        if self.parameters is not None:
+            # A raw schema is the host's input: build (and so check) it now, so a bad one fails at
+            # registration. A pydantic model's schema is generated on first use and cached per
+            # model class (``Registry.register`` forces it for dynamic tools): building a session
+            # — and so CLI start-up — no longer generates every built-in's schema (issue 13 item 7).
+            _ = self.json_schema
+            _ = self._validator
 
     @cached_property
     def json_schema(self) -> dict[str, Any]:
@@ -157,22 +162,26 @@ def _params_schema(params: type[BaseModel]) -> dict[str, Any]:
     return schema
 
 
-_DRAFTS: dict[str, Any] = {
-    "json-schema.org/draft-04/schema": jsonschema.Draft4Validator,
-    "json-schema.org/draft-06/schema": jsonschema.Draft6Validator,
-    "json-schema.org/draft-07/schema": jsonschema.Draft7Validator,
-    "json-schema.org/draft/2019-09/schema": jsonschema.Draft201909Validator,
-    "json-schema.org/draft/2020-12/schema": jsonschema.Draft202012Validator,
+# $schema URI (no scheme, no trailing #) → jsonschema's validator class name. jsonschema is imported on
+# the first host-tool validation, not with the kernel (it is a large import: CLI start-up, item 7).
+_DRAFTS: dict[str, str] = {
+    "json-schema.org/draft-04/schema": "Draft4Validator",
+    "json-schema.org/draft-06/schema": "Draft6Validator",
+    "json-schema.org/draft-07/schema": "Draft7Validator",
+    "json-schema.org/draft/2019-09/schema": "Draft201909Validator",
+    "json-schema.org/draft/2020-12/schema": "Draft202012Validator",
 }
 
 
 def _validator_class(schema: dict[str, Any]) -> Any:
     """Draft 2020-12, unless ``$schema`` names another known draft (MCP servers often emit draft-07)."""
+    import jsonschema
+
     uri = schema.get("$schema")
+    name = "Draft202012Validator"
     if isinstance(uri, str):
-        key = uri.split("://", 1)[-1].rstrip("#")
-        return _DRAFTS.get(key, jsonschema.Draft202012Validator)
-    return jsonschema.Draft202012Validator
+        name = _DRAFTS.get(uri.split("://", 1)[-1].rstrip("#"), name)
+    return getattr(jsonschema, name)
 
 
 def _pointer(path: list[Any]) -> str:

@@ -15,8 +15,9 @@ import os
 from pathlib import Path
 
 from kernel.errors import InvalidArgument, NotFound
-from kernel.gittree import GitTreeWorkspace, open_repository
 from kernel.workspace import LocalWorkspace, Workspace
+
+# kernel.gittree (pygit2) is imported only for git:REPO@REV names: opening a directory stays light.
 
 GIT_PREFIX = "git:"
 DEFAULT_REV = "HEAD"
@@ -29,6 +30,8 @@ def parse_git_name(name: str, *, base: str | os.PathLike[str] | None = None) -> 
     spec = name[len(GIT_PREFIX) :]
     if not spec:
         raise InvalidArgument("git workspace name needs a repository path: git:REPO_PATH@REV")
+    from kernel.gittree import open_repository
+
     here = Path(base) if base is not None else Path.cwd()
     candidates = [i for i, ch in enumerate(spec) if ch == "@"]
     for i in candidates:
@@ -59,6 +62,8 @@ def open_workspace(name: str, *, base: str | os.PathLike[str] | None = None) -> 
     if "\x00" in name:
         raise InvalidArgument("workspace name contains a NUL byte")
     if name.startswith(GIT_PREFIX):
+        from kernel.gittree import GitTreeWorkspace
+
         repo_path, rev = parse_git_name(name, base=base)
         return GitTreeWorkspace(repo_path, rev)
     here = Path(base) if base is not None else Path.cwd()

@@ -7,34 +7,99 @@
     a3s-fleet artifact URI [--workspace DIR]
 
 ``tool`` exits 0 when the result's ``exit_code`` is 0, else 1. ``--workspace`` defaults to the current
-directory and also accepts ``git:REPO@REV``. ``--mcp-config`` adds MCP servers (``orchestrator.cli_mcp``). Fleet commands (``verify``, ``worker``, ``status``) are
-added by ``orchestrator.cli_fleet`` (imported lazily inside each command: embedded use never
-loads Celery).
+directory and also accepts ``git:REPO@REV``. ``--mcp-config`` adds MCP servers (``orchestrator.cli_mcp``).
+
+Start-up is part of every call (issue 13 item 7: ``a3s-fleet --version`` within 2x ``python -c
+"import click"``): this module imports click and nothing heavy at module level. The SDK (kernel,
+tools, pydantic…) is imported inside the command that needs it, and the commands that live in other
+modules (``run``, ``batch``, ``worker``, ``status``, ``events``, ``verify``, ``index``, ``workflow``) are listed in
+``LAZY_COMMANDS`` and imported only when named (or when ``--help`` lists them). Add new commands
+the same way; ``tests/orchestrator/test_cli_startup.py`` fails when start-up loads Celery, Redis,
+httpx, pydantic, numpy, pygit2… again.
 """
 
 from __future__ import annotations
 
-import difflib
-import json
-import logging
+import contextlib
+import gc
+import importlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import wraps
 from typing import Any, TypeVar
 
 import click
 
-from kernel.errors import ToolError
-from kernel.options import SessionOptions
+from orchestrator import __version__
 from orchestrator.cli_mcp import mcp_options, mcp_session_options, report_mcp
 
 F = TypeVar("F", bound=Callable[..., Any])
 POLICIES = ("conservative", "context-efficient")
+# Commands defined elsewhere, as "module:attribute" (a click command, or a register(main) function
+# that adds it): imported when the command line names them.
+LAZY_COMMANDS = {
+    "run": "orchestrator.cli_run:register",  # a3s-fleet run PROMPT (the agent)
+    "batch": "orchestrator.cli_batch:batch_cmd",  # a3s-fleet batch JOBS.jsonl --out RESULTS.jsonl
+    "worker": "orchestrator.cli_fleet:worker_cmd",
+    "status": "orchestrator.cli_fleet:status_cmd",
+    "events": "orchestrator.cli_fleet:events_cmd",
+    "verify": "orchestrator.cli_verify:verify_cmd",
+    "index": "orchestrator.cli_index:index_group",  # a3s-fleet index build|status
+    "workflow": "orchestrator.cli_workflow:workflow_group",  # a3s-fleet workflow run|status|history
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose ``LAZY_COMMANDS`` are imported on first lookup (click's documented pattern)."""
+
+    def __init__(self, *args: Any, lazy_commands: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = dict(lazy_commands or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy_commands:
+            module, _, attr = self.lazy_commands[cmd_name].partition(":")
+            with gc_paused():
+                target = getattr(importlib.import_module(module), attr)
+            if isinstance(target, click.Command):
+                self.add_command(target, cmd_name)
+            else:
+                target(self)  # a module's register(main): it adds its command itself
+        return super().get_command(ctx, cmd_name)
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Import with the cyclic GC off. Importing the SDK allocates ~10^5 objects that live as long as
+    the process; the collections they trigger free nothing and cost about a quarter of start-up."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _sdk() -> tuple[Any, Any]:
+    """``(Agent, SessionOptions)``, imported on first use (not at start-up)."""
+    with gc_paused():
+        from kernel.options import SessionOptions
+        from orchestrator.agent import Agent
+    # Modules, classes and schemas live until exit: out of the collector's way (and the exit-time
+    # collection's), so neither scans them again.
+    gc.freeze()
+    return Agent, SessionOptions
 
 
 def one_line(exc: BaseException) -> str:
     """``Type: message`` on one bounded line (never empty, never a traceback)."""
+    from kernel.errors import ToolError
+
     if isinstance(exc, ToolError):
         text = f"{exc.kind}: {exc.message}"
     else:
@@ -95,8 +160,16 @@ class OneLineGroup(click.Group):
         sys.exit(code if isinstance(code, int) else 0)
 
 
-@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="a3s-fleet")
+class MainGroup(OneLineGroup, LazyGroup):
+    """``a3s-fleet``: one-line errors, and commands imported only when named."""
+
+
+@click.group(
+    cls=MainGroup,
+    lazy_commands=LAZY_COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.version_option(__version__, prog_name="a3s-fleet")  # a constant: no importlib.metadata scan
 def main() -> None:
     """a3s-fleet: the governed tool system of an AI coding agent, embedded or as a Celery fleet."""
     _quiet_logs()
@@ -104,6 +177,8 @@ def main() -> None:
 
 def _quiet_logs() -> None:
     """Tracebacks a tool logs stay out of the terminal unless A3S_FLEET_LOG_LEVEL asks for them."""
+    import logging
+
     if logging.getLogger().handlers:
         return
     level = os.environ.get("A3S_FLEET_LOG_LEVEL", "").upper()
@@ -120,7 +195,9 @@ def _quiet_logs() -> None:
 @_one_line_errors
 def tools_cmd(workspace: str, as_json: bool, mcp_config: str | None, mcp_workspace_config: bool) -> None:
     """List the tools a session on WORKSPACE offers."""
-    from orchestrator.agent import Agent
+    import json
+
+    Agent, SessionOptions = _sdk()
 
     mcp = mcp_session_options(mcp_config, mcp_workspace_config)
     with Agent() as agent:
@@ -160,7 +237,7 @@ def tool_cmd(
 ) -> None:
     """Run one tool host-direct. ARGS_JSON is a JSON object, or - to read it from stdin.
     Model-backed tools (generate_object) use --model or A3S_MODEL."""
-    from orchestrator.agent import Agent
+    import json
 
     raw = sys.stdin.read() if args_json == "-" else args_json
     try:
@@ -172,6 +249,7 @@ def tool_cmd(
     if not isinstance(args, dict):
         raise click.UsageError("ARGS_JSON must be a JSON object")
     mcp = mcp_session_options(mcp_config, mcp_workspace_config)
+    Agent, SessionOptions = _sdk()  # after the arguments were checked: a usage error stays instant
     if model:
         from flows.providers import parse_model_name
 
@@ -183,6 +261,8 @@ def tool_cmd(
         report_mcp(session)
         known = session.tool_names()
         if name not in known:  # a typo: say so with the nearest names, in one line
+            import difflib
+
             near = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
             hint = f"; did you mean {', '.join(near)}?" if near else ""
             click.echo(f"error: unknown tool {name!r}{hint} (a3s-fleet tools lists them)", err=True)
@@ -214,19 +294,6 @@ def artifact_cmd(uri: str, workspace: str) -> None:
     data = FileArtifactStore.for_workspace(root).get(uri)
     sys.stdout.buffer.write(data)
     sys.stdout.flush()
-
-
-def _register_fleet_commands() -> None:
-    from orchestrator import cli_batch, cli_fleet, cli_index, cli_run, cli_workflow
-
-    cli_run.register(main)  # a3s-fleet run PROMPT (the agent)
-    cli_batch.register(main)  # a3s-fleet batch JOBS.jsonl --out RESULTS.jsonl
-    cli_fleet.register(main)
-    cli_index.register(main)  # a3s-fleet index build|status
-    cli_workflow.register(main)  # a3s-fleet workflow run|status|history
-
-
-_register_fleet_commands()
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ from tools.git import TOOL as GIT
 from tools.patch import TOOL as PATCH
 from tools.program import TOOL as PROGRAM
 from tools.search import build_search_tool
-from tools.search.retrieval import retrieval_runners
 from tools.web_fetch import TOOL as WEB_FETCH
 from tools.web_search import TOOL as WEB_SEARCH
 
@@ -35,7 +34,11 @@ def builtin_tools(
     gated = [spec for spec in WORKSPACE_TOOLS if spec.requires <= capabilities]
     # `search` is built per session: its `mode` enum lists only the modes this session can serve
     # (semantic/hybrid only with Workspace Retrieval enabled *and* an embedding route).
-    runners = retrieval_runners(services) if retrieval_enabled else None
+    runners = None
+    if retrieval_enabled:  # numpy and the embedders load only for sessions that ask for retrieval
+        from tools.search.retrieval import retrieval_runners
+
+        runners = retrieval_runners(services)
     search = build_search_tool(capabilities, retrieval_enabled, runners, services)
     if search is not None:
         gated.append(search)

@@ -26,9 +26,6 @@ from kernel.context import ToolContext
 from kernel.errors import InvalidArgument, Unsupported
 from kernel.result import ToolResult
 from kernel.spec import ToolSpec
-from tools.git import read_ops, write_ops
-from tools.git.errors import git_errors
-from tools.git.view import Guard, open_view, parse_cursor
 
 NAME = "git"
 MAX_LIMIT = 200
@@ -166,6 +163,11 @@ def _limit(p: Params, default: int) -> int:
 
 
 def _run_sync(ctx: ToolContext, p: Params, form: str) -> tuple[str, dict[str, Any]]:
+    # pygit2 loads with the first git call, not with every session (CLI start-up, issue 13 item 7).
+    from tools.git import read_ops, write_ops
+    from tools.git.errors import git_errors
+    from tools.git.view import Guard, open_view, parse_cursor
+
     guard = Guard(ctx)
     guard.check()
     with git_errors():

@@ -13,8 +13,13 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
+from typing import TYPE_CHECKING
+
 from kernel.context import ToolContext
-from tools.search import bm25, bm25_mode, grep
+from tools.search import grep
+
+if TYPE_CHECKING:
+    from tools.search import bm25
 
 T = TypeVar("T")
 CANCEL_SETTLE_S = 2.0  # a cancelled scan gets this long to notice its stop flag
@@ -45,6 +50,8 @@ async def in_thread(ctx: ToolContext, op: str, fn: Callable[[grep.Guard], T]) ->
 
 def bm25_cache(ctx: ToolContext) -> bm25.Bm25Cache:
     """The session's bm25 corpus cache (keyed by content digests inside, so never stale)."""
+    from tools.search import bm25, bm25_mode  # numpy: imported by the first bm25 query, not at start-up
+
     cache = ctx.session_state.get(bm25_mode.SESSION_KEY)
     if not isinstance(cache, bm25.Bm25Cache):
         cache = ctx.session_state.setdefault(bm25_mode.SESSION_KEY, bm25.Bm25Cache())

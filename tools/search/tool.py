@@ -23,7 +23,7 @@ from kernel.context import ToolContext
 from kernel.errors import InvalidArgument
 from kernel.result import ToolResult
 from kernel.spec import ToolSpec
-from tools.search import bm25_mode, grep
+from tools.search import grep
 from tools.search.glob import run_glob
 from tools.search.offload import bm25_cache, in_thread
 
@@ -227,6 +227,8 @@ async def _run_glob(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
 
 
 async def _run_bm25(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
+    from tools.search import bm25_mode  # numpy loads with the first bm25 query (CLI start-up, item 7)
+
     _refuse_args(p, "bm25", ("case_sensitive", "output_mode", "sort"))
     if p.cursor not in (None, ""):
         raise InvalidArgument("cursor does not apply to search mode 'bm25'")

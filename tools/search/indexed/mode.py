@@ -23,10 +23,9 @@ from typing import Any
 
 from kernel.context import ToolContext
 from kernel.errors import InternalError, InvalidArgument, Unsupported
-from tools.search import bm25_mode, grep
-from tools.search.indexed import background, query, store
-from tools.search.offload import in_thread
-from tools.search.retrieval.modes import parse_request
+
+# The mode's machinery (bm25/numpy, the index store, tantivy) is imported by ``run_indexed``: a session
+# build only asks ``indexed_offered``, and CLI start-up should not pay for numpy (issue 13 item 7).
 
 SERVICE = "search_index"
 DEFAULT_FIRST_QUERY_WAIT_S = 2.0
@@ -85,6 +84,11 @@ def indexed_offered(workspace_caps: Iterable[str], services: Mapping[str, Any] |
 
 
 async def run_indexed(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
+    from tools.search import bm25_mode, grep
+    from tools.search.indexed import background, query, store
+    from tools.search.offload import in_thread
+    from tools.search.retrieval.modes import parse_request
+
     req = parse_request(ctx.workspace, "indexed", p)
     terms = bm25_mode.check_query(req.query)
     config = IndexConfig.from_services(ctx.services)
@@ -95,7 +99,7 @@ async def run_indexed(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
         raise InvalidArgument(exc.message) from None
     base_is_file = bool(req.path) and ws.stat(req.path).kind == "file"
 
-    def work(guard: grep.Guard) -> tuple[str, dict[str, Any]]:
+    def work(guard: Any) -> tuple[str, dict[str, Any]]:
         try:
             return answer(guard)
         except (KeyboardInterrupt, SystemExit, GeneratorExit):
@@ -106,7 +110,7 @@ async def run_indexed(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
             # tantivy reports Rust panics as pyo3 PanicException, a BaseException: keep it a tool error
             raise InternalError(f"the search index failed: {type(exc).__name__}: {exc}") from None
 
-    def answer(guard: grep.Guard) -> tuple[str, dict[str, Any]]:
+    def answer(guard: Any) -> tuple[str, dict[str, Any]]:
         updater = background.updater_for(ws, location) if config.auto_update else None
         directory = location.existing()
         if updater is not None:
@@ -143,5 +147,7 @@ async def run_indexed(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
 
 async def wait_idle(ws: Any, timeout_s: float) -> bool:
     """Tests and tools: wait until this process' updater of the workspace's index is idle."""
+    from tools.search.indexed import background, store
+
     updater = background.updater_for(ws, store.locate(ws))
     return await asyncio.to_thread(updater.wait, timeout_s)

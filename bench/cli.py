@@ -1,0 +1,92 @@
+"""Command-line start-up (issue 13 item 7): wall time of ``a3s-fleet`` commands next to ``python -c
+"import click"``, the floor of any click program on this interpreter.
+
+    python -m bench.cli [--rounds N]      # targets: --version <= 2x the click import; tool read close behind
+
+Every round runs each command once, in the same order, so load on a shared machine hits all of them
+alike (interleaved); the table gives the median and the best round per command and the ratio of
+medians to the click baseline. The commands run through the console script installed next to this
+interpreter (``.venv/bin/a3s-fleet``), exactly as a user types them; ``tool read`` reads a small file
+in a temporary workspace (a fresh session each time: surface, kernel, projection, one call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROUNDS = 15
+TARGET_VERSION_RATIO = 2.0
+
+
+def _script() -> list[str]:
+    script = Path(sys.executable).with_name("a3s-fleet")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "orchestrator.cli"]
+
+
+def _commands(workspace: str) -> dict[str, list[str]]:
+    cli = _script()
+    return {
+        "python -c pass": [sys.executable, "-c", "pass"],
+        'python -c "import click"': [sys.executable, "-c", "import click"],
+        "a3s-fleet --version": [*cli, "--version"],
+        "a3s-fleet --help": [*cli, "--help"],
+        "a3s-fleet tool read": [*cli, "tool", "read", '{"file_path": "README.md", "limit": 5}', "-w", workspace],
+    }
+
+
+def _run_once(argv: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{argv} failed ({proc.returncode}): {proc.stderr.decode(errors='replace')[-500:]}")
+    return elapsed
+
+
+def bench_cli(rounds: int = ROUNDS, verbose: bool = True) -> dict[str, dict[str, float]]:
+    with tempfile.TemporaryDirectory() as workspace:
+        Path(workspace, "README.md").write_text("# demo\n\nhello\n")
+        commands = _commands(workspace)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("A3S_")}  # embedded, no broker
+        for argv in commands.values():  # warm: bytecode caches, page cache
+            _run_once(argv, env)
+        times: dict[str, list[float]] = {name: [] for name in commands}
+        for _ in range(rounds):
+            for name, argv in commands.items():
+                times[name].append(_run_once(argv, env))
+    base = statistics.median(times['python -c "import click"'])
+    rows = {
+        name: {
+            "median_ms": statistics.median(ts) * 1000,
+            "best_ms": min(ts) * 1000,
+            "ratio": statistics.median(ts) / base,
+        }
+        for name, ts in times.items()
+    }
+    if verbose:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        print(f"CLI start-up, {rounds} interleaved rounds (load average {load:.1f}, {os.cpu_count()} cores)")
+        print(f"{'command':<28} {'median ms':>9} {'best ms':>8} {'x click':>8}")
+        for name, row in rows.items():
+            print(f"{name:<28} {row['median_ms']:>9.1f} {row['best_ms']:>8.1f} {row['ratio']:>8.2f}")
+        ratio = rows["a3s-fleet --version"]["ratio"]
+        verdict = "met" if ratio <= TARGET_VERSION_RATIO else "MISSED"
+        print(f"--version: {ratio:.2f}x the click import (target <= {TARGET_VERSION_RATIO}x): {verdict}")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    bench_cli(parser.parse_args().rounds)
+
+
+if __name__ == "__main__":
+    main()
