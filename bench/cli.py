@@ -37,7 +37,14 @@ def _commands(workspace: str) -> dict[str, list[str]]:
         'python -c "import click"': [sys.executable, "-c", "import click"],
         "a3s-fleet --version": [*cli, "--version"],
         "a3s-fleet --help": [*cli, "--help"],
-        "a3s-fleet tool read": [*cli, "tool", "read", '{"file_path": "README.md", "limit": 5}', "-w", workspace],
+        "a3s-fleet tool read": [
+            *cli,
+            "tool",
+            "read",
+            '{"file_path": "README.md", "limit": 5}',
+            "-w",
+            workspace,
+        ],
     }
 
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from typing import TypeVar
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from kernel.context import ToolContext
 from tools.search import grep

@@ -84,7 +84,7 @@ def indexed_offered(workspace_caps: Iterable[str], services: Mapping[str, Any] |
 
 
 async def run_indexed(ctx: ToolContext, p: Any) -> tuple[str, dict[str, Any]]:
-    from tools.search import bm25_mode, grep
+    from tools.search import bm25_mode
     from tools.search.indexed import background, query, store
     from tools.search.offload import in_thread
     from tools.search.retrieval.modes import parse_request
