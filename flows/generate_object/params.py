@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_SCHEMA_BYTES = 64 * 1024
@@ -113,6 +112,8 @@ class Params(BaseModel):
         remote = _remote_refs(value)
         if remote:
             raise ValueError(f"only local $ref (#/...) is supported, not {remote[0]!r}")
+        import jsonschema  # on first use: not with every session build (CLI start-up, issue 13 item 7)
+
         try:
             jsonschema.Draft202012Validator.check_schema(value)
         except jsonschema.SchemaError as exc:

@@ -15,8 +15,6 @@ import json
 import re
 from typing import Any
 
-import jsonschema
-
 MAX_REPORTED_ERRORS = 8
 WRAP_KEY = "value"
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.S)
@@ -24,6 +22,8 @@ _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.S)
 
 class ObjectSchema:
     def __init__(self, schema: dict[str, Any]) -> None:
+        import jsonschema  # on first use: not with every session build (CLI start-up, issue 13 item 7)
+
         self.schema = schema
         self._validator = jsonschema.Draft202012Validator(schema)
         self.wrapped = schema.get("type") != "object"
