@@ -1,9 +1,13 @@
 """Projection throughput on 10 MiB outputs, as a ratio to ``hashlib.sha256`` over the same bytes.
 
-Target (issue): ``Projector.project`` on a 10 MiB output costs at most 3x one SHA-256 pass, under
-both presets. Inputs: a log with repeated runs, one big JSON array, random text. The store is the
-in-memory one (the file store adds a write + fsync, reported separately). Run standalone with
-``python -m bench.kernel_projection``.
+Targets: ``Projector.project`` on a 10 MiB output costs at most 3x one SHA-256 pass under the
+conservative preset and at most 2.5x under context-efficient (issue 13 item 7). Inputs: a log with
+repeated runs, one big JSON array, random text. The store is the in-memory one (the file store adds
+a write + fsync, reported separately). Run standalone with ``python -m bench.kernel_projection``.
+
+Measured interleaved: every round hashes the input once and projects it once, back to back, so a
+load spike on this shared machine hits both sides of the ratio; the ratio is the median of the
+per-round ratios, and the table also shows the median times.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import statistics
 import string
 import tempfile
 import time
@@ -22,8 +27,8 @@ from kernel.artifacts import MemoryArtifactStore
 from kernel.projection import Projector, ToolResultTransformPolicyV1
 
 TEN_MIB = 10 * 1024 * 1024
-TARGET_RATIO = 3.0
-ROUNDS = 5
+TARGETS = {"conservative": 3.0, "context_efficient": 2.5}
+ROUNDS = 9
 
 
 def _log_text(rng: random.Random) -> str:
@@ -73,13 +78,27 @@ def _random_text(rng: random.Random) -> str:
     return "".join(out)[:TEN_MIB]
 
 
-def _best_ms(fn: Callable[[], object], rounds: int = ROUNDS) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best * 1000
+def _ms(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1000
+
+
+def _interleaved(
+    peer: Callable[[], object], ours: Callable[[], object], rounds: int = ROUNDS
+) -> tuple[float, float, float]:
+    """(median peer ms, median ours ms, median per-round ratio ours/peer), alternating who goes first."""
+    peer_ms: list[float] = []
+    ours_ms: list[float] = []
+    for i in range(rounds):
+        if i % 2:
+            ours_ms.append(_ms(ours))
+            peer_ms.append(_ms(peer))
+        else:
+            peer_ms.append(_ms(peer))
+            ours_ms.append(_ms(ours))
+    ratios = [o / p for o, p in zip(ours_ms, peer_ms, strict=True)]
+    return statistics.median(peer_ms), statistics.median(ours_ms), statistics.median(ratios)
 
 
 def bench_projection(verbose: bool = True) -> list[dict[str, Any]]:
@@ -97,11 +116,13 @@ def bench_projection(verbose: bool = True) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for input_name, text in inputs.items():
         data = text.encode()
-        sha_ms = _best_ms(lambda data=data: hashlib.sha256(data).digest())
         for preset_name, policy in presets.items():
             projector = Projector(policy, MemoryArtifactStore())
             projector.project("bash", text, None)  # warm: imports, validator cache
-            ms = _best_ms(lambda projector=projector, text=text: projector.project("bash", text, None))
+            sha_ms, ms, ratio = _interleaved(
+                lambda data=data: hashlib.sha256(data).digest(),
+                lambda projector=projector, text=text: projector.project("bash", text, None),
+            )
             _, meta = projector.project("bash", text, None)
             rows.append(
                 {
@@ -110,14 +131,15 @@ def bench_projection(verbose: bool = True) -> list[dict[str, Any]]:
                     "bytes": len(data),
                     "sha256_ms": round(sha_ms, 2),
                     "project_ms": round(ms, 2),
-                    "ratio": round(ms / sha_ms, 2),
+                    "ratio": round(ratio, 2),
+                    "target": TARGETS[preset_name],
                     "loss_mode": meta["a3s_tool_result_evidence"]["loss_mode"],
-                    "meets_target": ms / sha_ms <= TARGET_RATIO,
+                    "meets_target": ratio <= TARGETS[preset_name],
                 }
             )
     with tempfile.TemporaryDirectory() as tmp:
         text = inputs["log_with_runs"]
-        sha_ms = _best_ms(lambda: hashlib.sha256(text.encode()).digest())
+        raw = text.encode()
 
         def file_round() -> None:
             # a fresh store each round, so every round really writes and fsyncs the 10 MiB object
@@ -126,21 +148,26 @@ def bench_projection(verbose: bool = True) -> list[dict[str, Any]]:
                     "bash", text, None
                 )
 
-        ms = _best_ms(file_round, rounds=3)
+        sha_ms, ms, ratio = _interleaved(lambda: hashlib.sha256(raw).digest(), file_round, rounds=3)
         rows.append(
             {
                 "input": "log_with_runs",
                 "preset": "conservative+FileArtifactStore",
-                "bytes": len(text.encode()),
+                "bytes": len(raw),
                 "sha256_ms": round(sha_ms, 2),
                 "project_ms": round(ms, 2),
-                "ratio": round(ms / sha_ms, 2),
+                "ratio": round(ratio, 2),
+                "target": None,
                 "loss_mode": "bounded_preview",
                 "meets_target": None,  # informational: dominated by write + fsync
             }
         )
     if verbose:
-        print(f"projection on 10 MiB outputs (target: <= {TARGET_RATIO}x sha256)")
+        print(
+            f"projection on 10 MiB outputs vs sha256 of the same bytes, {ROUNDS} interleaved rounds "
+            f"(targets: conservative <= {TARGETS['conservative']}x, context-efficient <= "
+            f"{TARGETS['context_efficient']}x)"
+        )
         print(f"{'input':<15} {'preset':<32} {'sha256 ms':>9} {'project ms':>10} {'ratio':>6}  loss_mode")
         for r in rows:
             flag = "" if r["meets_target"] is None else ("ok" if r["meets_target"] else "OVER")

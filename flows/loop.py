@@ -37,6 +37,10 @@ class LoopThread:
                 # not take the loop (and every later call of every session) down with it.
                 log.error("event loop survived %s raised by a task", type(exc).__name__, exc_info=exc)
 
+    def on_loop_thread(self) -> bool:
+        """True on the loop's own thread (where blocking SDK calls are refused)."""
+        return threading.current_thread() is self._thread
+
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         if threading.current_thread() is self._thread:
             coro.close()

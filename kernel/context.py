@@ -56,6 +56,56 @@ class NestedInvoker:
         return self._narrow(allowed)
 
 
+class CancelFlag(threading.Event):
+    """``threading.Event`` whose condition variable is made only when somebody waits on it.
+
+    Every call gets one (``ToolContext.cancelled``) but few calls ever wait on it; an Event's
+    Condition + Lock cost more than the rest of a no-op call's context (issue 13 item 7).
+    """
+
+    _make_lock = threading.Lock()
+
+    def __init__(self) -> None:  # no Event.__init__: the condition comes with the first wait()
+        self._flag = False
+        self._cond: threading.Condition | None = None
+
+    def _condition(self) -> threading.Condition:
+        cond = self._cond
+        if cond is None:
+            with CancelFlag._make_lock:
+                if self._cond is None:
+                    self._cond = threading.Condition(threading.Lock())
+                cond = self._cond
+        return cond
+
+    def set(self) -> None:
+        self._flag = True  # before reading _cond: a waiter that made it meanwhile sees the flag
+        cond = self._cond
+        if cond is not None:
+            with cond:
+                cond.notify_all()
+
+    def clear(self) -> None:
+        cond = self._cond
+        if cond is None:
+            self._flag = False
+            return
+        with cond:
+            self._flag = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        cond = self._condition()
+        with cond:
+            signaled = self._flag
+            if not signaled:
+                signaled = cond.wait(timeout)
+            return signaled
+
+    def _at_fork_reinit(self) -> None:
+        if self._cond is not None:
+            self._cond._at_fork_reinit()  # type: ignore[attr-defined]
+
+
 @dataclass(eq=False)
 class ToolContext:
     session_id: str
@@ -76,7 +126,7 @@ class ToolContext:
     parent_call_id: str | None = None
     depth: int = 0
     # Set when the call is cancelled or times out; thread-offloaded work polls it.
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    cancelled: threading.Event = field(default_factory=CancelFlag)
     # A session event of this call other than output deltas (``task``: ``subagent_start``/``_end``).
     emit_event: Callable[[str, dict[str, Any]], None] | None = None
     # The session's budget tracker (``task`` gives each child a share of what is left).

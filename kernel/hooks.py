@@ -62,6 +62,11 @@ PreToolHook = Callable[[PreToolInput], PreHookResult | Awaitable[PreHookResult]]
 PostToolHook = Callable[[PostToolInput], ToolResult | Awaitable[ToolResult | None] | None]
 
 
+def is_async_callable(fn: object) -> bool:
+    """An ``async def`` function, or an object whose ``__call__`` is one."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
+
+
 async def call_maybe_async(fn: Callable[..., Any], *args: Any) -> Any:
     out = fn(*args)
     if inspect.isawaitable(out):

@@ -13,15 +13,26 @@ unknown tool, timeout, cancellation — comes back as a projected ``ToolResult``
 the lifecycle records exactly one terminal state. Nested calls re-enter here through the
 ``NestedInvoker`` bound to their parent: same scope, deadline, cancellation, budget and hooks;
 their origin is decided by ``_child_origin``, never by the caller.
+
+Inline calls (``invoke_host_inline``): a trusted host-direct call of a tool with a synchronous body
+(``ToolSpec.run_inline``, a plain host-tool handler) made from a synchronous thread runs this same
+``invoke`` coroutine on the caller's thread instead of handing it to the loop — every stage above,
+in the same order, with the same events. The coroutine never suspends there: the slots are taken
+up front with ``try_acquire`` (or the call goes to the loop as usual), the body is called directly,
+and a hook that returns an awaitable has it run on the loop while the caller waits. What differs:
+the body cannot be abandoned at its deadline (the deadline is checked when it returns), and
+``close()`` marks the call cancelled through its ``ctx.cancelled`` flag instead of a task.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
@@ -29,12 +40,13 @@ from kernel.artifacts import ArtifactStore
 from kernel.budget import Budget, BudgetTracker
 from kernel.capabilities import ToolCapabilities
 from kernel.clock import Clock, IdFactory
-from kernel.context import NestedInvoker, ToolContext
+from kernel.context import CancelFlag, NestedInvoker, ToolContext
 from kernel.errors import (
     BudgetExhausted,
     Cancelled,
     ConfirmationRejected,
     HookDenied,
+    InternalError,
     InvalidArgument,
     PermissionDenied,
     RecursionLimit,
@@ -44,7 +56,7 @@ from kernel.errors import (
     error_from_exception,
 )
 from kernel.events import Event, EventSink
-from kernel.hooks import PostToolInput, PreToolInput, call_maybe_async, freeze
+from kernel.hooks import PostToolInput, PreToolInput, call_maybe_async, freeze, is_async_callable
 from kernel.lifecycle import Lifecycle, State
 from kernel.options import ACTIVE_SKILLS_KEY, SKILL_TOOL_NAMES, ConfirmationRequest, SessionOptions
 from kernel.origin import ControlPlane, Origin, event_label, is_governed
@@ -53,6 +65,7 @@ from kernel.redact import DefaultSecretRedactor, SecretRedactor
 from kernel.registry import Registry, ScopedRegistry
 from kernel.result import ToolResult
 from kernel.shell_commands import Subject, command_subjects_or_opaque
+from kernel.slots import Slots
 from kernel.spec import ToolSpec
 from kernel.workspace import Workspace
 
@@ -73,6 +86,8 @@ class ResultProjector(Protocol):
 
 
 ChangeCompactor = Callable[[dict[str, Any], ArtifactStore, str], dict[str, Any]]
+# How an inline call awaits something (a hook's awaitable): run it on the loop, block until done.
+RunOnLoop = Callable[[Awaitable[Any]], Any]
 
 
 @dataclass(slots=True)
@@ -90,6 +105,8 @@ class Invocation:
     stack: tuple[str, ...] = ()
     deadline: float | None = None
     tags: dict[str, Any] | None = None  # extra tool_start data (the agent loop's model call id, step)
+    # Set for a call running on its synchronous caller's thread (``Kernel.invoke_host_inline``).
+    inline: RunOnLoop | None = None
     governed: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -134,8 +151,9 @@ class Kernel:
         self.active: dict[str, dict[str, Any]] = {}
         self.closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._session_slots: asyncio.Semaphore | None = None
-        self._tool_slots: dict[str, asyncio.Semaphore] = {}
+        self._inline_flags: set[Any] = set()  # ctx.cancelled of the inline calls running now
+        self._session_slots = Slots(options.max_concurrent_calls)
+        self._tool_slots: dict[str, Slots] = {}
         self._skill_policies: dict[tuple[str, ...], PermissionPolicy] = {}
 
     # ---- public entry points (the only places an origin is chosen) ----------------------------
@@ -186,10 +204,61 @@ class Kernel:
             tags=tags,
         )
         with self.cancel_scope():
-            if self._session_slots is None:
-                self._session_slots = asyncio.Semaphore(self.options.max_concurrent_calls)
-            async with self._session_slots:
+            await self._session_slots.acquire()
+            try:
                 return await self.invoke(inv)
+            finally:
+                self._session_slots.release()
+
+    def invoke_host_inline(self, name: str, args: Any, run_on_loop: RunOnLoop) -> ToolResult | None:
+        """``session.tool`` on the calling (synchronous, non-loop) thread; ``None`` when this call
+        must go to the loop instead: the tool has no synchronous body, a hook is async, or a slot is
+        not free right now (queued calls keep their turn). Nothing has happened when ``None`` comes back.
+        """
+        spec = self.registry.get(name)
+        if spec is None or spec.run_inline is None or self.closed or not self._hooks_are_plain():
+            return None
+        tool_slot = self._tool_slot(name)
+        if not self._session_slots.try_acquire():
+            return None
+        if not tool_slot.try_acquire():
+            self._session_slots.release()
+            return None
+        try:
+            inv = Invocation(
+                name,
+                args,
+                Origin.HOST_DIRECT,
+                ControlPlane.TRUSTED,
+                self.ids("call"),
+                self.registry.scoped(),
+                inline=run_on_loop,
+            )
+            coro = self.invoke(inv)
+            try:
+                coro.send(None)
+            except StopIteration as done:
+                result: ToolResult = done.value
+                return result
+            # Unreachable: in inline mode no stage awaits anything that suspends (module docstring).
+            coro.close()
+            raise RuntimeError(f"inline call of {name!r} suspended")
+        finally:
+            tool_slot.release()
+            self._session_slots.release()
+
+    def _hooks_are_plain(self) -> bool:
+        """No hook is an ``async def`` (an inline call would have to hand each one to the loop)."""
+        return not any(
+            is_async_callable(h) for h in (*self.options.pre_tool_hooks, *self.options.post_tool_hooks)
+        )
+
+    def _tool_slot(self, name: str) -> Slots:
+        slot = self._tool_slots.get(name)
+        if slot is None:
+            limit = self.options.tool_slots.get(name, self.options.default_tool_slots)
+            slot = self._tool_slots.setdefault(name, Slots(limit))
+        return slot
 
     async def admit_host(self, name: str, args: Any) -> Any:
         """The stages of a trusted host-direct call that must run *here* when it executes elsewhere.
@@ -265,6 +334,8 @@ class Kernel:
         self.closed = True
         for task in list(self._tasks):
             task.cancel()
+        for flag in list(self._inline_flags):  # inline calls: the body sees it; the result says cancelled
+            flag.set()
 
     def capabilities_of(self, scope: ScopedRegistry, name: str, args: Any) -> ToolCapabilities | None:
         try:
@@ -471,7 +542,7 @@ class Kernel:
             hook_input = PreToolInput(
                 self.session_id, inv.call_id, inv.parent_call_id, inv.name, freeze(inv.args), label
             )
-            outcome = await call_maybe_async(hook, hook_input)
+            outcome = await self._call_hook(inv, hook, hook_input)
             if outcome is None:
                 continue
             if isinstance(outcome, Deny):
@@ -516,31 +587,38 @@ class Kernel:
     async def _run(
         self, inv: Invocation, spec: ToolSpec, params: Any, lc: Lifecycle, label: str
     ) -> ToolResult:
-        loop = asyncio.get_running_loop()
+        # Deadlines are on the loop's clock; asyncio's loop.time() is time.monotonic(), which an
+        # inline call (no running loop on its thread) reads directly.
+        now = time.monotonic if inv.inline is not None else asyncio.get_running_loop().time
         timeout_ms = (
             self.options.tool_timeouts_ms.get(inv.name)
             or spec.timeout_ms
             or self.options.default_tool_timeout_ms
         )
-        deadline = loop.time() + timeout_ms / 1000
+        deadline = now() + timeout_ms / 1000
         if inv.deadline is not None:
             deadline = min(deadline, inv.deadline)
-        slot = self._tool_slots.get(inv.name)
-        if slot is None:
-            slot = asyncio.Semaphore(self.options.tool_slots.get(inv.name, self.options.default_tool_slots))
-            self._tool_slots[inv.name] = slot
-        ctx = self._context(inv, spec, deadline, label)
-        started = loop.time()
+        # An inline body gets the parameters only: its context is just the cancellation flag.
+        ctx: Any = _InlineContext() if inv.inline is not None else self._context(inv, spec, deadline, label)
+        started = now()
         try:
-            async with asyncio.timeout_at(deadline), slot:
-                if self.closed:
-                    raise Cancelled(f"Tool '{inv.name}' cancelled: session closed", op=inv.name)
-                lc.to(State.RUNNING)
-                self._recursion_guard(inv)
-                raw = await spec.run(ctx, params)
+            if inv.inline is not None:
+                raw = self._run_inline(inv, spec, params, lc, ctx, deadline)
+            else:
+                slot = self._tool_slot(inv.name)
+                async with asyncio.timeout_at(deadline):
+                    await slot.acquire()
+                    try:
+                        if self.closed:
+                            raise Cancelled(f"Tool '{inv.name}' cancelled: session closed", op=inv.name)
+                        lc.to(State.RUNNING)
+                        self._recursion_guard(inv)
+                        raw = await spec.run(ctx, params)
+                    finally:
+                        slot.release()
         except TimeoutError:
             ctx.cancelled.set()
-            duration_ms = int((loop.time() - started) * 1000)
+            duration_ms = int((now() - started) * 1000)
             raise Timeout(
                 f"Tool '{inv.name}' timed out after {timeout_ms}ms", op=inv.name, duration_ms=duration_ms
             ) from None
@@ -557,12 +635,47 @@ class Kernel:
                 freeze(inv.args),
                 label,
                 result,
-                int((loop.time() - started) * 1000),
+                int((now() - started) * 1000),
             )
-            replaced = await call_maybe_async(hook, post)
+            replaced = await self._call_hook(inv, hook, post)
             if isinstance(replaced, ToolResult):
                 result = replaced
         return result
+
+    def _run_inline(
+        self,
+        inv: Invocation,
+        spec: ToolSpec,
+        params: Any,
+        lc: Lifecycle,
+        ctx: _InlineContext,
+        deadline: float,
+    ) -> Any:
+        """The body of an inline call, on the caller's thread (its slots were taken up front)."""
+        body = spec.run_inline
+        if body is None:  # the tool was replaced by one without a synchronous body meanwhile
+            raise InternalError(f"tool '{inv.name}' can no longer run inline; call it again")
+        self._inline_flags.add(ctx.cancelled)
+        try:
+            if self.closed:
+                raise Cancelled(f"Tool '{inv.name}' cancelled: session closed", op=inv.name)
+            lc.to(State.RUNNING)
+            self._recursion_guard(inv)
+            raw = body(params)
+        finally:
+            self._inline_flags.discard(ctx.cancelled)
+        if ctx.cancelled.is_set() or self.closed:  # closed while the body ran: its result is dropped
+            raise Cancelled(f"Tool '{inv.name}' cancelled: session closed", op=inv.name)
+        if time.monotonic() > deadline:
+            raise TimeoutError  # the body overran: a timeout, as if it had been abandoned on time
+        return raw
+
+    async def _call_hook(self, inv: Invocation, hook: Callable[..., Any], arg: Any) -> Any:
+        """A hook's answer; an awaitable one is awaited (inline: on the loop, this thread waiting)."""
+        out = hook(arg)
+        if inspect.isawaitable(out):
+            out = inv.inline(out) if inv.inline is not None else await out
+        return out
 
     def _recursion_guard(self, inv: Invocation) -> None:
         if inv.name in RECURSION_GUARDED and inv.name in inv.stack:
@@ -710,6 +823,15 @@ class Kernel:
         )
 
 
+class _InlineContext:
+    """What an inline call's body needs of a ``ToolContext``: only the cancellation flag ``close()`` sets."""
+
+    __slots__ = ("cancelled",)
+
+    def __init__(self) -> None:
+        self.cancelled = CancelFlag()
+
+
 def _child_origin(inv: Invocation, spec: ToolSpec) -> Origin:
     """K-1/K-2: only a *built-in* orchestrator invoked with host-direct trust passes that trust on."""
     trusted_parent = (inv.origin is Origin.HOST_DIRECT and inv.plane is ControlPlane.TRUSTED) or (
@@ -778,6 +900,8 @@ def _event_args(spec: ToolSpec | None, args: Any) -> Any:
 
 
 def _bounded_args(args: Any) -> Any:
+    if type(args) is dict and not args:
+        return args  # {}: nothing to bound (the common no-argument call skips a json.dumps)
     if not _depth_within(args, MAX_ARGS_DEPTH):
         return {"unserializable": True, "reason": "nested too deeply"}
     try:

@@ -20,6 +20,7 @@ from flows.sessions import SessionCore
 from kernel.capabilities import ToolCapabilities
 from kernel.errors import Cancelled, ToolError, error_from_kind
 from kernel.events import Event
+from kernel.hooks import is_async_callable
 from kernel.result import ToolResult
 from kernel.spec import ToolSpec
 from orchestrator.fanout import (
@@ -92,10 +93,25 @@ class Session(AgentRuns):
     def tool(self, name: str, args: dict[str, Any] | None = None) -> ToolResult:
         """Trusted host-direct call: skips model-side permission and confirmation, never the pre-hooks.
 
-        In fleet mode (``remote``) the call is a one-branch run on a worker, like a fan-out branch:
-        pre/post hooks still run here, and the session's JSON tool state comes back with the result.
+        A host tool registered with a plain function (no runtime argument, ``inline=True``) runs on
+        this thread, through the whole kernel pipeline, without a hand-off to the loop thread
+        (``Kernel.invoke_host_inline``); anything else — built-ins, async handlers, a busy slot,
+        async hooks — runs on the loop as usual. In fleet mode (``remote``) the call is a one-branch
+        run on a worker, like a fan-out branch: pre/post hooks still run here, and the session's JSON
+        tool state comes back with the result.
         """
-        return self._wait(self._host_call(name, args or {}), name)
+        args = args or {}
+        if not self.remote and not self._closed and not self._loop.on_loop_thread():
+            result = self.kernel.invoke_host_inline(name, args, self._run_on_loop)
+            if result is not None:
+                return result
+        return self._wait(self._host_call(name, args), name)
+
+    def _run_on_loop(self, awaitable: Awaitable[Any]) -> Any:
+        async def wait() -> Any:
+            return await awaitable
+
+        return self._loop.run(wait())
 
     async def _host_call(self, name: str, args: dict[str, Any]) -> ToolResult:
         if not self.remote:
@@ -172,11 +188,20 @@ class Session(AgentRuns):
         parameters: dict[str, Any],
         capabilities: ToolCapabilities | dict[str, Any] | None = None,
         visible: bool = True,
+        inline: bool = True,
     ) -> None:
-        """A host tool. ``handler(args)`` or ``handler(args, runtime)``, sync or async, → ``str`` | ``ToolResult``."""
+        """A host tool. ``handler(args)`` or ``handler(args, runtime)``, sync or async, → ``str`` | ``ToolResult``.
+
+        A sync handler runs in a worker thread, so a call can be abandoned at its deadline. With
+        ``inline`` (the default) a plain sync ``handler(args)`` called through ``session.tool`` from
+        synchronous code runs on the caller's thread instead — the same governed pipeline, without
+        two thread hand-offs — and its deadline is checked when it returns (a late result becomes
+        ``timeout``). Pass ``inline=False`` for a handler that may block past its deadline.
+        """
         caps = _capabilities(capabilities)
         wants_runtime = len(inspect.signature(handler).parameters) >= 2
         is_async = inspect.iscoroutinefunction(handler)
+        plain = not wants_runtime and not is_async_callable(handler)
 
         async def run(ctx: Any, args: dict[str, Any]) -> Any:
             extra = (InvocationRuntime(ctx.invoke),) if wants_runtime else ()
@@ -194,6 +219,7 @@ class Session(AgentRuns):
             run=run,
             capabilities=lambda _p: caps,
             visible=visible,
+            run_inline=handler if inline and plain else None,
         )
         self.kernel.registry.register(spec)
 

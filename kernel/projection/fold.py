@@ -146,9 +146,15 @@ def _find_runs(data: bytes, threshold: int) -> list[tuple[int, int, int]]:
     long_enough = (last - first + 1) >= threshold - 1
     runs: list[tuple[int, int, int]] = []
     view = memoryview(data)
-    for a, b in zip(pairs[first[long_enough]].tolist(), pairs[last[long_enough]].tolist(), strict=True):
-        length = int(lengths[a])
-        start = int(starts[a])
+    heads = pairs[first[long_enough]]
+    # Plain ints for the per-run loop (indexing numpy arrays one scalar at a time is slow).
+    for a, b, start, length in zip(
+        heads.tolist(),
+        pairs[last[long_enough]].tolist(),
+        starts[heads].tolist(),
+        lengths[heads].tolist(),
+        strict=True,
+    ):
         count = b - a + 2
         # Period-`length` check: the run equals itself shifted by one line.
         if view[start : start + length * (count - 1)] == view[start + length : start + length * count]:

@@ -15,6 +15,7 @@ real, earlier projection. The output is projected regardless, so the cap always 
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import threading
 from dataclasses import replace
@@ -123,13 +124,10 @@ def _digest_and_transform(
     if len(data) < PARALLEL_DIGEST_MIN_BYTES:
         hex_digest = hashlib.sha256(data).hexdigest()
         return hex_digest, transform(data, policy, artifact_line(uri_for_digest(tool_name, hex_digest)))
-    box: list[str] = []
-    worker = threading.Thread(target=lambda: box.append(hashlib.sha256(data).hexdigest()), daemon=True)
-    worker.start()
+    digest = _digest_pool().submit(_sha256_hex, data)
     placeholder = artifact_line(uri_for_digest(tool_name, _PLACEHOLDER_DIGEST))
     result = transform(data, policy, placeholder)
-    worker.join()
-    hex_digest = box[0]
+    hex_digest = digest.result()
     if result.lossy:
         real = artifact_line(uri_for_digest(tool_name, hex_digest))
         if result.content.endswith(placeholder):
@@ -137,6 +135,25 @@ def _digest_and_transform(
         else:  # not expected: the line is always last; recompute rather than guess
             result = transform(data, policy, real)
     return hex_digest, result
+
+
+def _sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+_POOL_LOCK = threading.Lock()
+_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _digest_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """Threads kept for the digests of big outputs (starting a thread per result cost up to a few ms
+    on a loaded machine). hashlib releases the GIL on big buffers, so they run beside the transform."""
+    global _POOL
+    if _POOL is None:
+        with _POOL_LOCK:
+            if _POOL is None:
+                _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="a3s-digest")
+    return _POOL
 
 
 def _utf8(output: str) -> tuple[bytes, str]:

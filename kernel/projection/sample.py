@@ -80,7 +80,7 @@ def _raw_items(data: bytes, head_count: int, tail_count: int) -> Any:
     only the retained items are ever decoded. Anything it refuses goes to the slower parsers,
     which decide (msgspec's number and depth limits differ from serde's)."""
     try:
-        raws = msgspec.json.decode(data, type=list[msgspec.Raw])
+        raws = _raw_list_decoder().decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return _UNDECIDED
     total = len(raws)
@@ -117,6 +117,11 @@ def _strict_stdlib(data: bytes, head_count: int, tail_count: int) -> tuple[int, 
     if total < head_count + tail_count:
         return None
     return total, [*value[:head_count], *value[total - tail_count :]]
+
+
+@lru_cache(maxsize=1)
+def _raw_list_decoder() -> msgspec.json.Decoder[list[msgspec.Raw]]:
+    return msgspec.json.Decoder(list[msgspec.Raw])
 
 
 @lru_cache(maxsize=16)
