@@ -48,14 +48,51 @@ LAZY_COMMANDS = {
     "index": "orchestrator.cli_index:index_group",  # a3s-fleet index build|status
     "workflow": "orchestrator.cli_workflow:workflow_group",  # a3s-fleet workflow run|status|history
 }
+# Their one-line help for `a3s-fleet --help`, so listing them imports none of them (a test checks
+# each line is the command's own first paragraph).
+LAZY_HELP = {
+    "worker": "Run a fleet worker: `celery worker` with the fleet's app, queue and settings.",
+    "status": "Show the fleet: workers, queue lengths, running runs.",
+    "events": "Print a fleet session's events as JSON lines (stream id + event), in order, from any process.",
+    "verify": "Run the verification PLAN (JSON or TOML) in parallel; exit 1 if a required command fails.",
+    "index": "Build, update and inspect the persistent search index (search mode 'indexed').",
+    "workflow": "Run durable dynamic workflows (async function run(wf, input)) and read their history.",
+}
 
 
 class LazyGroup(click.Group):
     """A group whose ``LAZY_COMMANDS`` are imported on first lookup (click's documented pattern)."""
 
-    def __init__(self, *args: Any, lazy_commands: dict[str, str] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        lazy_commands: dict[str, str] | None = None,
+        lazy_help: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.lazy_commands = dict(lazy_commands or {})
+        self.lazy_help = dict(lazy_help or {})
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's command list, with the stored one-liners of commands not imported yet."""
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            if name not in self.commands and name in self.lazy_help:
+                # A stand-in command only to shorten the text exactly as click does for the real one.
+                stand_in = click.Command(name, help=self.lazy_help[name])
+                rows.append((name, stand_in.get_short_help_str(limit)))
+                continue
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy_commands})
@@ -167,6 +204,7 @@ class MainGroup(OneLineGroup, LazyGroup):
 @click.group(
     cls=MainGroup,
     lazy_commands=LAZY_COMMANDS,
+    lazy_help=LAZY_HELP,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.version_option(__version__, prog_name="a3s-fleet")  # a constant: no importlib.metadata scan
