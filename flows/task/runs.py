@@ -22,8 +22,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema
-
 from kernel.errors import BudgetExhausted, InvalidArgument
 from kernel.result import ToolResult
 
@@ -162,6 +160,8 @@ def structured_answer(text: str, schema: dict[str, Any]) -> tuple[Any, list[str]
         value = json.loads(body)
     except ValueError as exc:
         return None, [f"the final answer is not JSON ({exc})"]
+    import jsonschema  # on first use: session builds stay free of it (CLI start-up, issue 13 item 7)
+
     validator = jsonschema.Draft202012Validator(schema)
     errors = [
         f"{'/' + '/'.join(str(p) for p in e.absolute_path) if e.absolute_path else '$'}: {e.message}"

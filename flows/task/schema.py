@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import jsonschema
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
@@ -173,6 +172,8 @@ def check_output_schema(schema: dict[str, Any]) -> None:
             "output_schema is {size} bytes; at most {max} allowed",
             {"size": size, "max": MAX_OUTPUT_SCHEMA_BYTES},
         )
+    import jsonschema  # on first use: session builds stay free of it (CLI start-up, issue 13 item 7)
+
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
