@@ -51,6 +51,7 @@ LAZY_COMMANDS = {
 # Their one-line help for `a3s-fleet --help`, so listing them imports none of them (a test checks
 # each line is the command's own first paragraph).
 LAZY_HELP = {
+    "run": "Run the agent on PROMPT (- reads it from stdin) in WORKSPACE; exit 0 when the run succeeds.",
     "batch": "Run the agent jobs of JOBS (one JSON object per line) and append their results to --out.",
     "worker": "Run a fleet worker: `celery worker` with the fleet's app, queue and settings.",
     "status": "Show the fleet: workers, queue lengths, running runs.",
