@@ -124,7 +124,12 @@ def _digest_and_transform(
     if len(data) < PARALLEL_DIGEST_MIN_BYTES:
         hex_digest = hashlib.sha256(data).hexdigest()
         return hex_digest, transform(data, policy, artifact_line(uri_for_digest(tool_name, hex_digest)))
-    digest = _digest_pool().submit(_sha256_hex, data)
+    started = threading.Event()
+    digest = _digest_pool().submit(_sha256_hex, data, started)
+    # Wait until the digest is under way: hashlib drops the GIL while it hashes, but a transform
+    # step that holds the GIL for a whole C call (msgspec parsing a 10 MiB JSON array) would
+    # otherwise keep the digest thread from even starting, and the two would run one after the other.
+    started.wait()
     placeholder = artifact_line(uri_for_digest(tool_name, _PLACEHOLDER_DIGEST))
     result = transform(data, policy, placeholder)
     hex_digest = digest.result()
@@ -137,7 +142,9 @@ def _digest_and_transform(
     return hex_digest, result
 
 
-def _sha256_hex(data: bytes) -> str:
+def _sha256_hex(data: bytes, started: threading.Event | None = None) -> str:
+    if started is not None:
+        started.set()
     return hashlib.sha256(data).hexdigest()
 
 
