@@ -65,6 +65,15 @@ OFF_TOPIC = [
     ),
     ("Football scores tonight", "https://sports.example.org/scores", "Live results from every league."),
 ]
+# Chinese results for ``CJK_QUERY`` (five hosts), for the China-market engines.
+CJK_QUERY = "Rust 所有权 借用规则"
+CJK_RESULTS = [
+    ("Rust 所有权与借用规则详解", "https://rust.example.cn/ownership", "Rust 的所有权系统和借用规则：一个可变引用或多个共享引用。"),
+    ("理解 Rust 所有权 - Rust 程序设计语言", "https://kaisery.example.cn/ch04", "所有权是 Rust 最独特的功能，借用规则让你无需获取所有权即可使用值。"),
+    ("Rust 借用规则与所有权入门", "https://blog.example.com.cn/rust-borrow", "入门讲解 Rust 所有权、借用规则和生命周期。"),
+    ("Rust 所有权和借用规则速查表", "https://cheat.example.net/rust-zh", "Rust 所有权与借用规则速查。"),
+    ("为什么 Rust 所有权很重要", "https://news.example.org/rust-ownership-zh", "Rust 所有权规则防止数据竞争，借用规则保证安全。"),
+]
 CHROME = "<a href='/settings'>Settings</a><a href='https://duckduckgo.com/about'>About</a><a href='https://www.google.com/search?q=next'>Next</a>"
 
 
@@ -99,6 +108,56 @@ def bing_page(results: list[tuple[str, str, str]]) -> str:
         for t, url, s in results
     )
     return f"<html><body>{CHROME}<ol id='b_results'>{items}</ol></body></html>"
+
+
+def bing_cn_page(results: list[tuple[str, str, str]]) -> str:
+    """cn.bing.com: Bing's markup, wrappers on cn.bing.com, the snippet in a ``b_algoSlug``."""
+    items = "".join(
+        f"<li class='b_algo'><div class='b_tpcn'><a class='tilk' href='{_bing_wrap(url).replace('www.', 'cn.')}'>"
+        f"<div class='tptt'>site</div></a></div><h2><a href='{_bing_wrap(url).replace('www.', 'cn.')}'>{escape(t)}</a></h2>"
+        f"<p class='b_lineclamp2 b_algoSlug'><span class='algoSlug_icon'></span>{escape(s)}</p></li>"
+        for t, url, s in results
+    )
+    return (
+        f"<html><head><meta charset='utf-8'></head><body>{CHROME}<a href='https://cn.bing.com/search?q=x&first=11'>下一页</a>"
+        f"<ol id='b_results'>{items}</ol></body></html>"
+    )
+
+
+def sogou_page(results: list[tuple[str, str, str]]) -> str:
+    """sogou.com/web: ``div.vrwrap`` blocks whose title link is an opaque ``/link?url=`` redirect;
+    the destination is only in the block's ``data-url``. A rich card (``special-wrap``) leads."""
+    card = (
+        "<div class='vrwrap'><div class='special-wrap'><h3 class='vr-title'>"
+        "<a href='/link?url=CARD'>天气预报</a></h3></div></div>"
+    )
+    items = "".join(
+        f"<div class='vrwrap' id='sogou_vr_30000000_{i}'><h3 class='vr-title'>"
+        f"<a id='sogou_vr_30000000_title_{i}' target='_blank' href='/link?url=hedJjaC291M{i}Xz'>{escape(t)}</a></h3>"
+        f"<div class='fz-mid space-txt'>{escape(s)}</div>"
+        f"<div class='citeurl'><span>{escape(url.split('/')[2])}</span><span class='cite-date'>&nbsp;-&nbsp;2026-3-{i + 1}</span></div>"
+        f"<div class='r-sech ext_query' data-url='{escape(url)}' data-query='q'></div></div>"
+        for i, (t, url, s) in enumerate(results)
+    )
+    return (
+        "<html><head><meta charset='utf-8'></head><body><div id='main'>"
+        f"<a href='https://www.sogou.com/web?query=next&page=2'>下一页</a>{card}{items}</div></body></html>"
+    )
+
+
+def so360_page(results: list[tuple[str, str, str]]) -> str:
+    """so.com/s: ``li.res-list``; the title link goes through ``so.com/link?m=`` and carries the
+    destination in ``data-mdurl``."""
+    items = "".join(
+        f"<li class='res-list' data-lazyload='1'><h3 class='res-title'>"
+        f"<a href='https://www.so.com/link?m=e{i}abc' data-mdurl='{escape(url)}' target='_blank'>{escape(t)}</a></h3>"
+        f"<p class='res-desc'>{escape(s)}</p><p class='g-linkinfo'><cite>{escape(url.split('/')[2])}</cite></p></li>"
+        for i, (t, url, s) in enumerate(results)
+    )
+    return (
+        "<html><head><meta charset='utf-8'></head><body><a href='https://www.so.com/s?q=x&pn=2'>下一页</a>"
+        f"<ul class='result'>{items}</ul></body></html>"
+    )
 
 
 def wiki_page(results: list[tuple[str, str, str]]) -> str:

@@ -17,12 +17,15 @@ from kernel.options import SessionOptions
 from tests.tools import search_pages as P
 from tests.tools.netserver import LoopbackServer, send, static
 from tools.web_search.config import DEFAULT_ENGINE_URLS, SearchConfig
+from tools.web_search.engines import automatic_engines, resolve_engine
 from tools.web_search.gate import Requirements, evaluate, query_match
 from tools.web_search.parsers import parse_baidu, parse_google
 from tools.web_search.results import Row, clean_url
+from tools.web_search.tool import select_engines
 
 HTML = "text/html; charset=utf-8"
-HTTP_ENGINES = ("ddg", "brave", "bing", "wiki", "bing_rss")
+HTTP_ENGINES = ("ddg", "brave", "bing", "wiki", "bing_rss", "sogou", "so360", "bing_cn")
+CN_ENGINES = ("sogou", "so360", "bing_cn")
 
 
 @pytest.fixture()
@@ -40,6 +43,9 @@ def config_for(srv: LoopbackServer, **extra: str) -> SearchConfig:
         "bing",
         "wiki",
         "bing_rss",
+        "sogou",
+        "so360",
+        "bing_cn",
         "google",
         "baidu",
         "bing_browser",
@@ -62,6 +68,9 @@ def serve_all(srv: LoopbackServer, results=P.RESULTS) -> None:
     srv.route("/bing", static(200, P.bing_page(results), content_type=HTML))
     srv.route("/wiki", static(200, P.wiki_page(results), content_type=HTML))
     srv.route("/bing_rss", static(200, P.rss_feed(results), content_type="application/rss+xml"))
+    srv.route("/sogou", static(200, P.sogou_page(results), content_type=HTML))
+    srv.route("/so360", static(200, P.so360_page(results), content_type=HTML))
+    srv.route("/bing_cn", static(200, P.bing_cn_page(results), content_type=HTML))
     srv.route("/sx/search", static(200, P.searxng_json(results), content_type="application/json"))
 
 
@@ -111,7 +120,39 @@ def test_w1_each_http_engine_parses_its_served_page(agent, tmp_path, server, eng
     assert all(r["content"] for r in rows) and all(r["engines"] == [engine] for r in rows)
     if engine == "bing_rss":
         assert rows[0]["published_date"] == "Mon, 01 Dec 2026 10:00:00 GMT"
-    assert len(server.hits(f"/{engine}")) == 1
+    if engine == "sogou":  # the cite date, normalised
+        assert [r["published_date"] for r in rows[:2]] == ["2026-03-01", "2026-03-02"]
+    hits = server.hits(f"/{engine}")
+    assert len(hits) == 1
+    language = hits[0].headers["accept-language"]
+    assert language.startswith("zh-CN") if engine in CN_ENGINES else language.startswith("en-US")
+
+
+@pytest.mark.parametrize("engine", CN_ENGINES)
+def test_w1_china_engines_parse_chinese_result_pages(agent, tmp_path, server, engine) -> None:
+    """UTF-8 Chinese pages: titles and snippets come through intact and pass the gate (CJK bigrams)."""
+    serve_all(server, P.CJK_RESULTS)
+    s = session(agent, tmp_path, server)
+    res = s.tool("web_search", {"query": P.CJK_QUERY, "engines": engine, "format": "json", "limit": 5})
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)
+    assert [r["url"] for r in rows] == [u for _, u, _ in P.CJK_RESULTS]
+    assert rows[0]["title"] == P.CJK_RESULTS[0][0] and rows[0]["content"] == P.CJK_RESULTS[0][2]
+    assert res.metadata["status"] == "complete"
+
+
+def test_w1_china_engines_are_explicit_only_and_360_is_an_alias(agent, tmp_path, server) -> None:
+    """The reference's automatic HTTP tier is ddg, brave, bing, wiki: sogou, so360 and bing_cn run
+    only when named (``360`` names so360, ``bing_china`` names bing_cn)."""
+    cfg = config_for(server)
+    assert not {e.name for e in automatic_engines(cfg)} & set(CN_ENGINES)
+    assert select_engines("sogou, 360,bing_china", cfg)[1] == [resolve_engine(n) for n in CN_ENGINES]
+    serve_all(server)
+    s = session(agent, tmp_path, server)
+    res = s.tool("web_search", {"query": P.QUERY, "engines": ["360"], "format": "json"})
+    assert res.exit_code == 0, res.output
+    assert res.metadata["selected_engines"] == ["so360"]
+    assert res.metadata["engine_outcomes"][0]["shortcut"] == "360"
 
 
 def test_w1_headless_engine_parsers_read_their_markup() -> None:

@@ -10,7 +10,7 @@ Invariants:
   closed; 303 (and 301/302 after a POST) become GET without a body. A hop to another origin
   (scheme, host or port) drops ``Authorization``, ``Proxy-Authorization``, ``Cookie`` and
   ``If-Range``; the per-call cookie jar only ever sends a cookie back to the domain that set it.
-- Proxies: a request-level proxy (``web_search``'s ``proxy``) or the environment's
+- Proxies (http, https, socks5): a request-level proxy (``web_search``'s ``proxy``) or the environment's
   ``HTTP(S)_PROXY``/``ALL_PROXY`` (honouring ``NO_PROXY``) — read once at the process edge into
   ``ProxySettings``. Through a proxy the proxy resolves names, so only the literal checks apply
   to the target. A proxy configured by the operator is trusted; one named in a request is resolved
@@ -43,7 +43,8 @@ REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 CROSS_ORIGIN_DROPPED = ("authorization", "proxy-authorization", "cookie", "if-range")
 BODY_HEADERS = ("content-type", "content-length", "content-encoding", "transfer-encoding")
 DEFAULT_USER_AGENT = "a3s-fleet/0.1 (+https://github.com/a3s-lab)"
-PROXY_SCHEMES = ("http", "https")
+# socks5/socks5h go through httpcore's SOCKS proxy (socksio); both let the proxy resolve names.
+PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
 
 
 @dataclass(frozen=True)
@@ -80,15 +81,17 @@ class ProxySettings:
 
 
 def check_proxy_url(raw: str) -> httpx.URL:
-    """A proxy URL a request named: ``scheme://host:port`` with an http(s) scheme and a port."""
+    """A proxy URL a request named: ``scheme://host:port`` (http, https, socks5 or socks5h) with a port."""
     try:
         url = httpx.URL(raw.strip())
     except (httpx.InvalidURL, ValueError, TypeError) as exc:
         raise InvalidArgument(f"invalid proxy url: {exc}") from None
     if url.scheme not in PROXY_SCHEMES:
-        raise InvalidArgument(f"proxy must be http://host:port or https://host:port, not {url.scheme}:")
+        raise InvalidArgument(
+            f"proxy must be http://host:port, https://host:port or socks5://host:port, not {url.scheme}:"
+        )
     if not url.host or url.port is None:
-        raise InvalidArgument("proxy must name a host and a port (http://host:port)")
+        raise InvalidArgument("proxy must name a host and a port (http://host:port or socks5://host:port)")
     return url
 
 

@@ -24,6 +24,9 @@ DEFAULT_ENGINE_URLS: dict[str, str] = {
     "bing": "https://www.bing.com/search?q={query}&count={limit}",
     "wiki": "https://en.wikipedia.org/w/index.php?search={query}&fulltext=1&ns0=1&limit={limit}",
     "bing_rss": "https://www.bing.com/search?format=rss&q={query}&count={limit}",
+    "sogou": "https://www.sogou.com/web?query={query}",
+    "so360": "https://www.so.com/s?q={query}",
+    "bing_cn": "https://cn.bing.com/search?q={query}&count={limit}",
     # headless tier: rendered in Chromium
     "google": "https://www.google.com/search?q={query}&num={limit}&hl=en",
     "baidu": "https://www.baidu.com/s?wd={query}&rn={limit}",

@@ -3,7 +3,7 @@
 | tier | engines (automatic selection marked *) |
 |---|---|
 | headless | google* (alias ``g``), baidu*, bing_browser*, brave_browser* |
-| http | ddg*, brave*, bing*, wiki*, bing_rss (RSS through feedparser) |
+| http | ddg*, brave*, bing*, wiki*, bing_rss (RSS through feedparser), sogou, so360 (alias ``360``), bing_cn |
 | api | searxng* (when ``A3S_SEARXNG_URL`` is set), tavily* and brave_api* (when their keys are set) |
 
 ``query_engine`` makes one engine's request — through the safe transport for the http and api
@@ -37,6 +37,8 @@ from tools.web_search.parsers import (
     parse_feed,
     parse_google,
     parse_searxng,
+    parse_so360,
+    parse_sogou,
     parse_tavily,
     parse_wiki,
 )
@@ -46,6 +48,8 @@ Tier = Literal["headless", "http", "api"]
 MAX_RESULT_PAGE_BYTES = 5 * 1024 * 1024
 ENGINE_SLACK_S = 0.1  # an engine gets its tier's budget minus this (REFERENCE 4.10)
 TRANSIENT_KINDS = frozenset({"transport", "timeout", "rate_limited", "provider_rate_limited"})
+EN = "en-US,en;q=0.8"
+ZH = "zh-CN,zh;q=0.9,en;q=0.5"
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,7 @@ class Engine:
     wait_for: str | None = None  # headless: a selector that means "results are on the page"
     method: str = "GET"
     accept: str = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.5"
+    language: str = EN  # Accept-Language
 
 
 ENGINES: dict[str, Engine] = {
@@ -81,6 +86,11 @@ ENGINES: dict[str, Engine] = {
             automatic=False,
             accept="application/rss+xml,*/*;q=0.5",
         ),
+        # China-market engines: explicit only, as in the reference (its automatic HTTP tier is
+        # ddg, brave, bing, wiki): a default search is not sent to three more providers.
+        Engine("sogou", "http", "sogou", "sogou", parse_sogou, automatic=False, language=ZH),
+        Engine("so360", "http", "360", "360", parse_so360, automatic=False, language=ZH),
+        Engine("bing_cn", "http", "bing", "bing_cn", parse_bing, automatic=False, language=ZH),
         Engine("searxng", "api", "searxng", "sx", parse_searxng, accept="application/json"),
         Engine("tavily", "api", "tavily", "tv", parse_tavily, method="POST", accept="application/json"),
         Engine("brave_api", "api", "brave", "ba", parse_brave_api, accept="application/json"),
@@ -92,6 +102,9 @@ ALIASES = {
     "wikipedia": "wiki",
     "brave_search": "brave",
     "searx": "searxng",
+    "360": "so360",
+    "360search": "so360",
+    "bing_china": "bing_cn",
 }
 
 
@@ -181,7 +194,7 @@ def _hits(engine: Engine, parsed: list[tuple[str, str, str, str | None]], base: 
 async def _fetch_page(
     http: SafeHttp, engine: Engine, config: SearchConfig, url: str, query: str, limit: int, now_ms: int
 ) -> bytes:
-    headers = {"Accept": engine.accept, "Accept-Language": "en-US,en;q=0.8"}
+    headers = {"Accept": engine.accept, "Accept-Language": engine.language}
     body = None
     if engine.name == "tavily":
         headers["Authorization"] = f"Bearer {config.api_keys['tavily']}"

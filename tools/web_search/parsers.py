@@ -5,7 +5,13 @@ tuples in page order. HTML pages are parsed with lxml using the engines' public 
 
 - DuckDuckGo HTML (``div.result``, ``a.result__a``, ``.result__snippet``; links wrapped in ``uddg=``)
 - Brave (``div[data-type=web]``: first link, ``.title``, ``.snippet-description``/``.description``)
-- Bing (``li.b_algo``: ``h2 a``, ``.b_caption p``; links may be ``/ck/a?u=a1<base64>`` wrappers)
+- Bing and Bing China, cn.bing.com (``li.b_algo``: ``h2 a``, ``.b_caption p`` or ``.b_algoSlug``;
+  links may be ``/ck/a?u=a1<base64>`` wrappers)
+- Sogou (``div.vrwrap``: ``h3.vr-title a``, or the older ``div.rb``: ``h3.pt a``; the link is an
+  opaque ``/link?url=`` redirect and the destination sits in the block's ``data-url``; snippet
+  ``.space-txt``/``.str-text``/``.star-wiki``/``.ft``; date ``.cite-date``)
+- 360 Search, so.com (``li.res-list``: ``h3.res-title a`` whose ``data-mdurl`` holds the destination
+  behind the ``so.com/link?m=`` wrapper; snippet ``.res-desc``/``.res-list-summary``/``.res-rich``)
 - Wikipedia search (``li.mw-search-result``: heading link, ``.searchresult``)
 - Google (``a`` containing ``h3``; snippet from the result block; ``/url?q=`` wrappers)
 - Baidu (``div.result``/``div.c-container``: ``h3 a``, ``.c-abstract``/``[class*=content]``)
@@ -18,6 +24,7 @@ counts (three in a row open it) instead of failing the search.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl
@@ -94,8 +101,70 @@ def parse_bing(body: bytes, base: str) -> Parsed:
             continue
         snippet = _first(block, f".//div[{_cls('b_caption')}]//p")
         if snippet is None:
-            snippet = _first(block, ".//p")
+            snippet = _first(block, f".//*[{_cls('b_algoSlug')}] | .//p")
         out.append((_text(link), link.get("href", ""), _text(snippet), None))
+    return out
+
+
+_SOGOU_SNIPPET = " or ".join(
+    _cls(c) for c in ("space-txt", "str-text", "str_info", "star-wiki", "text-layout", "attribute-centent", "ft")
+)
+_DATE = re.compile(r"(\d{4})[-./年](\d{1,2})[-./月](\d{1,2})")
+
+
+def _date(text: str) -> str | None:
+    """``-2026-3-7`` / ``2026年3月7日`` (Sogou's cite dates) → ``2026-03-07``."""
+    found = _DATE.search(text)
+    if not found:
+        return None
+    year, month, day = (int(g) for g in found.groups())
+    return f"{year:04d}-{month:02d}-{day:02d}" if 1 <= month <= 12 and 1 <= day <= 31 else None
+
+
+def parse_sogou(body: bytes, base: str) -> Parsed:
+    doc = _doc(body, base)
+    out: Parsed = []
+    if doc is None:
+        return out
+    # Rich cards (weather, dictionary, …) are vrwraps with a special-wrap inside: not web results.
+    blocks = doc.xpath(
+        f"//div[({_cls('vrwrap')} or {_cls('rb')}) and not(.//div[{_cls('special-wrap')}])]"
+    )
+    for block in blocks:
+        link = _first(block, f".//h3[{_cls('vr-title')} or {_cls('pt')}]//a[@href]")
+        if link is None:
+            link = _first(block, ".//h3//a[@href]")
+        if link is None:
+            continue
+        href = link.get("href", "")
+        if href.startswith("/link?") or "sogou.com/link?" in href:
+            # An opaque, server-side redirect: the destination is only in the block's data-url.
+            target = _first(block, ".//*[@data-url]")
+            href = target.get("data-url", "") if target is not None else ""
+        snippet = _first(block, f".//*[{_SOGOU_SNIPPET}]")
+        cite = _first(block, f".//*[{_cls('cite-date')}] | .//cite")
+        out.append((_text(link), href, _text(snippet), _date(_text(cite))))
+    return out
+
+
+def parse_so360(body: bytes, base: str) -> Parsed:
+    doc = _doc(body, base)
+    out: Parsed = []
+    if doc is None:
+        return out
+    for block in doc.xpath(f"//li[{_cls('res-list')}]"):
+        link = _first(block, f".//h3[{_cls('res-title')}]//a[@href]")
+        if link is None:
+            link = _first(block, ".//h3//a[@href]")
+        if link is None:
+            continue
+        # href is a so.com/link?m= wrapper; data-mdurl is where it leads.
+        href = link.get("data-mdurl") or link.get("href", "")
+        snippet = _first(
+            block,
+            f".//*[{_cls('res-desc')} or {_cls('res-list-summary')} or {_cls('res-rich')} or {_cls('res-comm-con')}]",
+        )
+        out.append((_text(link), href, _text(snippet), None))
     return out
 
 

@@ -5,7 +5,7 @@ Invariants:
 - Parameters: ``query`` (non-blank; URLs in it are reduced to their anchors so no query string or
   credential is sent to an engine), ``engines`` (a list or a comma string; explicit engines run
   only their tiers), ``limit`` (1–50, default 10), ``timeout`` (1–60 s, default the configured 10),
-  ``proxy`` (``http(s)://host:port``; its host must pass the SSRF guard), ``format`` (``text`` |
+  ``proxy`` (``http(s)://`` or ``socks5://host:port``; its host must pass the SSRF guard), ``format`` (``text`` |
   ``json``), ``full_text_bytes`` (512–32768, JSON only). An unknown key is refused, with a hint for
   ``engine`` → ``engines``.
 - Concurrency (W-4): identical concurrent searches are coalesced through the shared state store
@@ -68,7 +68,7 @@ class Params(BaseModel):
         default=None, ge=1, le=MAX_TIMEOUT_S, description="Seconds (1-60, default 10)."
     )
     proxy: str | None = Field(
-        default=None, max_length=2048, description="http(s)://host:port proxy for this search."
+        default=None, max_length=2048, description="Proxy for this search: http://, https:// or socks5://host:port."
     )
     format: Literal["text", "json"] = Field(default="text", description="text (default) or json.")
     full_text_bytes: int | None = Field(
@@ -138,7 +138,8 @@ def _scope(ctx: ToolContext) -> BreakerScope:
 def _flight_key(
     query: str, engines: list[Engine], params: Params, timeout: float, config: SearchConfig
 ) -> str:
-    proxy = None if params.proxy is None else check_proxy_url(params.proxy).host
+    proxy_url = None if params.proxy is None else check_proxy_url(params.proxy)
+    proxy = None if proxy_url is None else f"{proxy_url.scheme}://{proxy_url.host}:{proxy_url.port}"
     shape = [
         query,
         [e.name for e in engines],
