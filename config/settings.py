@@ -60,6 +60,13 @@ class Settings(BaseSettings):
     search_engine_urls: str = ""
     search_cascade: str = "headless,http,api"
     search_max_concurrent: int = 4
+    # Engines a call uses when it names none (comma-separated; metadata engine_selection_source
+    # "config"); empty = the automatic selection.
+    search_engines: str = ""
+    # The reference's health config: max_failures sets both breaker thresholds (failures and empty
+    # answers in a row, default 3), suspend_seconds the transient open time (default 60).
+    search_health_max_failures: int | None = Field(default=None, ge=1)
+    search_health_suspend_seconds: float | None = Field(default=None, ge=0)
     chromium_path: str = "/usr/bin/chromium"
 
     @property

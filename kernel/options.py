@@ -69,8 +69,10 @@ class SessionOptions:
     # hosts (`intranet.corp`, `*.corp`) or addresses/CIDRs (`127.0.0.1`, `10.0.0.0/8`); None = the
     # process's A3S_NET_ALLOW (empty by default). For tests on loopback and private deployments only.
     net_allow: tuple[str, ...] | None = None
-    # Who shares web_search's circuit breakers: this session, or every session of the fleet/process.
-    search_breaker_scope: Literal["session", "fleet"] = "session"
+    # Who shares web_search's circuit breakers (SPEC W-3): this session; the run (this session and
+    # the `task` children it delegated, whose ids are "<parent>.<task_id>"); or every session of the
+    # fleet/process.
+    search_breaker_scope: Literal["session", "run", "fleet"] = "session"
     # bash (issue 15): host environment variables a sandboxed/model-side command may see besides
     # the built-in allow-list; exact names, or a prefix ending in "*". Names only, never values.
     bash_env_passthrough: tuple[str, ...] = ()

@@ -17,6 +17,7 @@ import pytest
 
 from kernel.errors import InvalidArgument, RateLimited, ToolError, Transport
 from tests.tools.netserver import LoopbackServer, redirect, static
+from tests.tools.socks5server import Socks5Server
 from tools.net import (
     BlockedAddress,
     NetAllow,
@@ -214,6 +215,62 @@ async def test_d3_a_request_named_proxy_must_itself_pass_the_guard(server: Loopb
     assert [h.path for h in server.hits()] == ["http://far.example.com/p"]
     with pytest.raises(InvalidArgument):
         NetRuntime().client(request_proxy="ftp://proxy:21")
+
+
+@pytest.fixture()
+def socks(server: LoopbackServer):
+    proxy = Socks5Server(("127.0.0.1", server.port))
+    yield proxy
+    proxy.close()
+
+
+@pytest.mark.parametrize("scheme", ["socks5", "socks5h"])
+async def test_d3_a_request_named_socks5_proxy_is_guarded_pinned_and_carries_the_request(
+    server: LoopbackServer, socks: Socks5Server, scheme: str
+) -> None:
+    """REFERENCE 4.10 ``proxy`` accepts socks5: the proxy's *name* goes through the guard and the
+    proxy is reached by the verified address; the target name is handed to the proxy unresolved."""
+    server.route("/p", static(200, "tunnelled"))
+    runtime = NetRuntime(resolver=StaticResolver({"socks.example.com": ["127.0.0.1"]}))
+    proxy = f"{scheme}://socks.example.com:{socks.port}"
+    async with runtime.client(LOOP, request_proxy=proxy) as http:
+        async with http.open(parse_url("http://far.example.com/p"), op="t") as got:
+            assert await read_body(got.response, 100, "t", got.url) == b"tunnelled"
+        # Through the proxy only the literal checks apply to the target: still enforced.
+        for url in ("http://10.0.0.1/", "http://169.254.169.254/", "http://[fd00::1]/", "http://0x7f000002/"):
+            with pytest.raises(BlockedAddress):
+                async with http.open(parse_url(url), op="t"):
+                    pass
+    assert socks.connects == [("far.example.com", 80)]
+    assert [(h.path, h.headers["host"]) for h in server.hits()] == [("/p", "far.example.com")]
+
+
+async def test_d3_a_socks5_proxy_on_a_blocked_address_is_never_contacted(
+    server: LoopbackServer, socks: Socks5Server
+) -> None:
+    async with NetRuntime().client(NetAllow(), request_proxy=socks.url()) as http:  # guard closed
+        with pytest.raises(BlockedAddress):
+            async with http.open(parse_url("http://far.example.com/"), op="t"):
+                pass
+    # A socks5 proxy *name* that resolves to a private address is refused at resolution.
+    runtime = NetRuntime(resolver=StaticResolver({"socks.example.com": ["10.1.2.3"]}))
+    async with runtime.client(NetAllow(), request_proxy="socks5://socks.example.com:1080") as http:
+        with pytest.raises(BlockedAddress):
+            async with http.open(parse_url("http://far.example.com/"), op="t"):
+                pass
+    assert socks.accepted == 0 and server.hits() == []
+    for bad in ("socks4://p:1080", "socks5://nopor", "socks://p:1"):
+        with pytest.raises(InvalidArgument):
+            NetRuntime().client(request_proxy=bad)
+
+
+async def test_d3_a_dead_socks5_proxy_is_a_transport_failure(socks: Socks5Server) -> None:
+    port = socks.port
+    socks.close()  # nothing listens there any more
+    async with NetRuntime().client(LOOP, request_proxy=f"socks5://127.0.0.1:{port}") as http:
+        with pytest.raises(Transport):
+            async with http.open(parse_url("http://far.example.com/"), op="t"):
+                pass
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ import pytest
 from kernel.options import SessionOptions
 from tests.tools import search_pages as P
 from tests.tools.netserver import LoopbackServer, send, static
+from tests.tools.socks5server import Socks5Server
 from tools.web_search.config import DEFAULT_ENGINE_URLS, SearchConfig
 from tools.web_search.engines import automatic_engines, resolve_engine
 from tools.web_search.gate import Requirements, evaluate, query_match
@@ -56,10 +57,11 @@ def config_for(srv: LoopbackServer, **extra: str) -> SearchConfig:
     return SearchConfig(urls=urls, searxng_url=srv.url("/sx"))
 
 
-def session(agent, tmp_path, srv, **opts):
+def session(agent, tmp_path, srv, session_id=None, **opts):
     cfg = opts.pop("config", None) or config_for(srv)
     services = {"web_search": cfg, **opts.pop("services", {})}
-    return agent.session(tmp_path, SessionOptions(net_allow=("127.0.0.1",), services=services, **opts))
+    options = SessionOptions(net_allow=("127.0.0.1",), services=services, **opts)
+    return agent.session(tmp_path, options, session_id=session_id)
 
 
 def serve_all(srv: LoopbackServer, results=P.RESULTS) -> None:
@@ -287,6 +289,88 @@ def test_w3_breakers_are_per_session_by_default(agent, tmp_path, server) -> None
     assert len(server.hits("/ddg")) == 2
 
 
+def test_w3_run_scope_breakers_are_shared_by_a_run_and_its_delegated_children(agent, tmp_path, server) -> None:
+    """``search_breaker_scope="run"``: a session and its ``task`` children (``<parent>.<task_id>``)
+    share one breaker; another run keeps its own."""
+    server.route("/ddg", static(429, "slow down", {"Retry-After": "120"}))
+    args = {"query": P.QUERY, "engines": ["ddg"]}
+    parent = session(agent, tmp_path, server, session_id="run1", search_breaker_scope="run")
+    assert parent.tool("web_search", args).error_kind["type"] == "rate_limited"
+    child = session(agent, tmp_path, server, session_id="run1.task-1", search_breaker_scope="run")
+    res = child.tool("web_search", {**args, "query": P.QUERY + " child"})
+    assert res.metadata["engine_outcomes"][0]["kind"] == "circuit_open"
+    assert len(server.hits("/ddg")) == 1
+    other = session(agent, tmp_path, server, session_id="run2", search_breaker_scope="run")
+    assert other.tool("web_search", args).metadata["engine_outcomes"][0]["kind"] == "rate_limited"
+    # The default session scope: the child of a tripped parent still asks the engine.
+    session(agent, tmp_path, server, session_id="run3").tool("web_search", args)
+    session(agent, tmp_path, server, session_id="run3.task-1").tool("web_search", args)
+    assert len(server.hits("/ddg")) == 4
+
+
+def test_w4_delegated_children_share_the_run_search_bulkhead(agent, tmp_path, server) -> None:
+    """W-4: the bulkhead bounds a run's searches together, the parent's and its children's."""
+    lock = threading.Lock()
+    state = {"now": 0, "max": 0}
+    page = P.ddg_page(P.RESULTS).encode()
+
+    def counted(h):
+        with lock:
+            state["now"] += 1
+            state["max"] = max(state["max"], state["now"])
+        time.sleep(0.2)
+        with lock:
+            state["now"] -= 1
+        send(h, 200, page, content_type=HTML)
+
+    server.route("/ddg", counted)
+    cfg = replace(config_for(server), max_concurrent=1)
+    sessions = [session(agent, tmp_path, server, session_id=sid, config=cfg) for sid in ("r", "r.t1", "r.t2")]
+    futures = [
+        s.tool_async("web_search", {"query": f"{P.QUERY} {i}", "engines": ["ddg"], "timeout": 30})
+        for i, s in enumerate(sessions)
+    ]
+    assert all(f.result(60).exit_code == 0 for f in futures)  # type: ignore[attr-defined]
+    assert len(server.hits("/ddg")) == 3 and state["max"] == 1
+
+
+def test_w3_health_settings_override_the_breaker_thresholds_and_open_time(agent, tmp_path, server) -> None:
+    """REFERENCE 4.10: ``health.max_failures`` replaces both thresholds (3) and
+    ``health.suspend_seconds`` the transient open time (60 s)."""
+    from config.settings import Settings
+
+    settings = Settings(search_health_max_failures=1, search_health_suspend_seconds=5)
+    cfg = SearchConfig.from_settings(settings)
+    assert (cfg.max_failures, cfg.suspend_seconds) == (1, 5)
+    server.route("/ddg", static(500, "boom"))
+    s = session(agent, tmp_path, server, config=replace(config_for(server), max_failures=1, suspend_seconds=5))
+    first = s.tool("web_search", {"query": P.QUERY, "engines": ["ddg"]})
+    assert first.metadata["engine_outcomes"][0]["kind"] == "transport"
+    second = s.tool("web_search", {"query": P.QUERY + " again", "engines": ["ddg"]})
+    outcome = second.metadata["engine_outcomes"][0]
+    assert outcome["kind"] == "circuit_open" and 0 < outcome["retry_after_seconds"] <= 5
+    assert len(server.hits("/ddg")) == 1  # one transport failure opened it, not three
+
+
+def test_w1_configured_engines_are_the_selection_when_a_call_names_none(agent, tmp_path, server) -> None:
+    """A3S_SEARCH_ENGINES: metadata engine_selection_source "config" (REFERENCE 4.10)."""
+    from config.settings import Settings
+
+    assert SearchConfig.from_settings(Settings(search_engines="bing, 360")).engines == ("bing", "360")
+    serve_all(server)
+    s = session(agent, tmp_path, server, config=replace(config_for(server), engines=("bing", "360")))
+    res = s.tool("web_search", {"query": P.QUERY})
+    assert res.exit_code == 0, res.output
+    meta = res.metadata
+    assert meta["engine_selection_source"] == "config" and meta["selected_engines"] == ["bing", "so360"]
+    assert {h.path.split("?")[0] for h in server.hits()} == {"/bing", "/so360"}
+    res = s.tool("web_search", {"query": P.QUERY, "engines": "wiki"})
+    assert res.metadata["engine_selection_source"] == "request"
+    bad = session(agent, tmp_path, server, config=replace(config_for(server), engines=("nope",)))
+    res = bad.tool("web_search", {"query": P.QUERY})
+    assert res.error_kind["type"] == "invalid_argument" and "unknown search engine" in res.output
+
+
 def test_f4_fleet_scope_breakers_on_redis_are_shared_by_sessions(agent, tmp_path, server, redis_urls) -> None:
     """Two sessions (as two workers would be) share one Redis-backed breaker with fleet scope."""
     import uuid
@@ -373,6 +457,7 @@ def test_w4_the_search_bulkhead_bounds_concurrent_searches(agent, tmp_path, serv
         ({"query": "   "}, "blank"),
         ({"query": "x", "engines": ["nope"]}, "unknown search engine"),
         ({"query": "x", "proxy": "ftp://p:1"}, "proxy"),
+        ({"query": "x", "proxy": "socks4://p:1080"}, "socks5://host:port"),
         ({"query": "x", "proxy": "http://noport"}, "port"),
         ({"query": "x", "full_text_bytes": 1024}, "format='json'"),
         ({"query": "x", "limit": 51}, "limit"),
@@ -455,3 +540,24 @@ def test_w4_a_request_level_proxy_carries_the_engine_requests(agent, tmp_path, s
     res = s.tool("web_search", {"query": P.QUERY, "engines": ["ddg"], "proxy": server.url("")})
     assert res.exit_code == 0, res.output
     assert [h.path.split("?")[0] for h in server.hits()] == ["http://engine.example.com/ddg"]
+
+
+def test_w4_a_socks5_proxy_carries_the_engine_requests(agent, tmp_path, server) -> None:
+    """REFERENCE 4.10: ``proxy`` may be socks5://host:port. The test's SOCKS5 server tunnels every
+    CONNECT to the loopback server, so the engine's public-looking host is never contacted."""
+    server.route("/ddg", static(200, P.ddg_page(P.RESULTS), content_type=HTML))
+    cfg = config_for(server, ddg="http://engine.example.com/ddg?q={query}")
+    socks = Socks5Server(("127.0.0.1", server.port))
+    try:
+        s = session(agent, tmp_path, server, config=cfg)
+        res = s.tool("web_search", {"query": P.QUERY, "engines": ["ddg"], "proxy": socks.url()})
+        assert res.exit_code == 0, res.output
+        assert socks.connects == [("engine.example.com", 80)]
+        assert [h.headers["host"] for h in server.hits("/ddg")] == ["engine.example.com"]
+        # The same proxy with the guard closed: refused before the proxy sees a connection.
+        closed = agent.session(tmp_path, SessionOptions(services={"web_search": cfg}))
+        res = closed.tool("web_search", {"query": P.QUERY, "engines": ["ddg"], "proxy": socks.url()})
+        assert res.exit_code == 1 and socks.accepted == 1
+        assert "SSRF guard" in res.metadata["engine_errors"][0]["message"]
+    finally:
+        socks.close()

@@ -16,6 +16,7 @@ import pytest
 from kernel.options import SessionOptions
 from tests.tools import search_pages as P
 from tests.tools.netserver import LoopbackServer, static
+from tests.tools.socks5server import Socks5Server
 from tests.tools.test_web_search import config_for, session
 from tools.web_search.browser import MARKER_PREFIX
 
@@ -143,4 +144,25 @@ def test_w4_the_request_level_proxy_reaches_the_browser_tier(agent, tmp_path, se
     )
     assert res.exit_code == 0, res.output
     assert [h.path.split("?")[0] for h in server.hits()] == ["http://engine.example.com/bing_browser"]
+    assert wait_gone() == []
+
+
+def test_w4_a_socks5_proxy_reaches_the_browser_tier(agent, tmp_path, server) -> None:
+    """Chromium has no network of its own: every request it makes is fetched through the safe
+    transport, so a socks5 ``proxy`` carries the headless tier too (Playwright's own proxy option
+    is never used)."""
+    page = P.js_rendered_bing_page(P.RESULTS)
+    server.route("/bing_browser", static(200, page, content_type=HTML))
+    cfg = config_for(server, bing_browser="http://engine.example.com/bing_browser?q={query}")
+    socks = Socks5Server(("127.0.0.1", server.port))
+    try:
+        s = session(agent, tmp_path, server, config=cfg)
+        res = s.tool(
+            "web_search", {"query": P.QUERY, "engines": ["bing_browser"], "timeout": 60, "proxy": socks.url()}
+        )
+        assert res.exit_code == 0, res.output
+        assert socks.connects == [("engine.example.com", 80)]
+        assert [h.headers["host"] for h in server.hits("/bing_browser")] == ["engine.example.com"]
+    finally:
+        socks.close()
     assert wait_gone() == []

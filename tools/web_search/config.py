@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernel.state import BreakerConfig
+
 DEFAULT_ENGINE_URLS: dict[str, str] = {
     # http tier: result pages as HTML, or a feed
     "ddg": "https://html.duckduckgo.com/html/?q={query}",
@@ -64,6 +66,9 @@ class SearchConfig:
     chromium_path: str = "/usr/bin/chromium"
     max_concurrent: int = DEFAULT_MAX_CONCURRENT
     default_timeout_s: float = DEFAULT_TIMEOUT_S
+    engines: tuple[str, ...] = ()  # A3S_SEARCH_ENGINES: used when a call names none
+    max_failures: int | None = None  # health.max_failures: both breaker thresholds
+    suspend_seconds: float | None = None  # health.suspend_seconds: the transient open time
 
     @classmethod
     def from_settings(cls, settings: Any) -> SearchConfig:
@@ -87,7 +92,15 @@ class SearchConfig:
             cascade=cascade or DEFAULT_CASCADE,
             chromium_path=getattr(settings, "chromium_path", "/usr/bin/chromium"),
             max_concurrent=max(1, int(getattr(settings, "search_max_concurrent", DEFAULT_MAX_CONCURRENT))),
+            engines=tuple(
+                e.strip() for e in (getattr(settings, "search_engines", "") or "").split(",") if e.strip()
+            ),
+            max_failures=getattr(settings, "search_health_max_failures", None),
+            suspend_seconds=getattr(settings, "search_health_suspend_seconds", None),
         )
+
+    def breaker_config(self) -> BreakerConfig:
+        return BreakerConfig.from_health(self.max_failures, self.suspend_seconds)
 
     def fingerprint(self) -> str:
         """What makes two searches comparable for coalescing (never the keys themselves)."""
@@ -96,6 +109,8 @@ class SearchConfig:
             "searxng": self.searxng_url,
             "keyed": sorted(self.api_keys),
             "cascade": list(self.cascade),
+            "engines": list(self.engines),
+            "health": [self.max_failures, self.suspend_seconds],
         }
         return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -11,8 +11,9 @@ Invariants:
 - Concurrency (W-4): identical concurrent searches are coalesced through the shared state store
   (single flight: ``leader``/``shared``/``bypass``/``abandoned``, reported in
   ``search_coalescing``); each search that actually runs holds a slot of the search bulkhead
-  (``A3S_SEARCH_MAX_CONCURRENT``, default 4) shared by the session — or by the whole fleet with
-  ``search_breaker_scope="fleet"``, which also scopes the circuit breakers. In embedded mode the
+  (``A3S_SEARCH_MAX_CONCURRENT``, default 4) shared by the run (the session and the ``task``
+  children it delegated) — or by the whole fleet with ``search_breaker_scope="fleet"``. The
+  circuit breakers are per session, per run (``"run"``) or fleet-wide (``"fleet"``). In embedded mode the
   store is in memory; with a broker it is Redis, so every worker sees the same breakers, bulkhead
   and flights.
 - The whole call — bulkhead wait, every tier, browser shutdown — is bounded by ``timeout`` (plus
@@ -96,8 +97,13 @@ def sanitize_query(query: str) -> str:
 
 
 def select_engines(requested: list[str] | str | None, config: SearchConfig) -> tuple[str, list[Engine]]:
+    """``(engine_selection_source, engines)``: the request's engines, else the configured
+    ``A3S_SEARCH_ENGINES``, else the automatic selection."""
+    source = "request"
     if requested is None or (isinstance(requested, str) and not requested.strip()) or requested == []:
-        return "default", automatic_engines(config)
+        if not config.engines:
+            return "default", automatic_engines(config)
+        source, requested = "config", list(config.engines)
     names = requested.split(",") if isinstance(requested, str) else list(requested)
     engines: list[Engine] = []
     for name in names:
@@ -108,7 +114,7 @@ def select_engines(requested: list[str] | str | None, config: SearchConfig) -> t
             engines.append(engine)
     if not engines:
         raise InvalidArgument("engines names no engine")
-    return "request", engines
+    return source, engines
 
 
 def tiers_of(engines: list[Engine], config: SearchConfig) -> list[tuple[str, list[Engine]]]:
@@ -129,10 +135,27 @@ def state_store(ctx: ToolContext) -> StateStore:
     return store  # type: ignore[no-any-return]
 
 
+def run_of(session_id: str) -> str:
+    """The run a session belongs to: delegated children are ``<parent>.<task_id>``, so the run is
+    the root session's id."""
+    return session_id.split(".", 1)[0] or "default"
+
+
 def _scope(ctx: ToolContext) -> BreakerScope:
-    if getattr(ctx.settings, "search_breaker_scope", "session") == "fleet":
+    """Who shares the circuit breakers (``search_breaker_scope``: session, run or fleet)."""
+    kind = getattr(ctx.settings, "search_breaker_scope", "session")
+    if kind == "fleet":
         return BreakerScope("fleet", NAME)
+    if kind == "run":
+        return BreakerScope("run", run_of(ctx.session_id or "default"))
     return BreakerScope("session", ctx.session_id or "default")
+
+
+def _bulkhead(ctx: ToolContext) -> str:
+    """Who shares the search bulkhead (W-4: delegated research shares it): the run, or the fleet."""
+    if getattr(ctx.settings, "search_breaker_scope", "session") == "fleet":
+        return f"{NAME}:fleet:{NAME}"
+    return f"{NAME}:run:{run_of(ctx.session_id or 'default')}"
 
 
 def _flight_key(
@@ -195,14 +218,13 @@ async def _search(
     started = loop.time()
     deadline = ctx.clock.monotonic() + timeout_s
     scope = _scope(ctx)
-    bulkhead = f"{NAME}:{scope.kind}:{scope.id}"
-    async with store.bulkheads().hold(bulkhead, config.max_concurrent, timeout_s=timeout_s):
+    async with store.bulkheads().hold(_bulkhead(ctx), config.max_concurrent, timeout_s=timeout_s):
         http = safe_http(ctx, timeout=timeout_s, request_proxy=params.proxy)
         async with http:
             cascade = Cascade(
                 config=config,
                 http=http,
-                breakers=store.breakers(scope),
+                breakers=store.breakers(scope, config.breaker_config()),
                 query=query,
                 limit=params.limit,
                 tiers=tiers_of(engines, config),

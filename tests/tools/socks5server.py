@@ -1,0 +1,101 @@
+"""A tiny loopback SOCKS5 proxy (RFC 1928, no authentication, CONNECT only) for the proxy tests.
+
+It runs an asyncio server on its own loop in a thread. Every CONNECT is logged as the client
+asked for it (``connects``: host as sent — a name stays a name — and port) and is then tunnelled to
+``upstream``, a loopback server the test started, *whatever* the requested host: so a test can name
+a public-looking host and no traffic ever leaves the machine. ``accepted`` counts TCP connections,
+so a test can assert that the proxy "saw nothing".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+
+
+class Socks5Server:
+    def __init__(self, upstream: tuple[str, int], host: str = "127.0.0.1") -> None:
+        self.upstream = upstream
+        self.host = host
+        self.connects: list[tuple[str, int]] = []
+        self.accepted = 0
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.Server | None = None
+        self._closed = False
+        ready = threading.Event()
+
+        def serve() -> None:
+            asyncio.set_event_loop(self._loop)
+            self._server = self._loop.run_until_complete(asyncio.start_server(self._client, host, 0))
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=serve, daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        assert self._server is not None
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def url(self, host: str | None = None, scheme: str = "socks5") -> str:
+        return f"{scheme}://{host or self.host}:{self.port}"
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        try:
+            version, count = await reader.readexactly(2)
+            methods = await reader.readexactly(count)
+            if version != 5 or 0 not in methods:
+                writer.write(b"\x05\xff")
+                return
+            writer.write(b"\x05\x00")
+            version, command, _, atyp = await reader.readexactly(4)
+            if atyp == 1:
+                host = socket.inet_ntop(socket.AF_INET, await reader.readexactly(4))
+            elif atyp == 3:
+                host = (await reader.readexactly((await reader.readexactly(1))[0])).decode("idna")
+            else:
+                host = socket.inet_ntop(socket.AF_INET6, await reader.readexactly(16))
+            port = int.from_bytes(await reader.readexactly(2), "big")
+            self.connects.append((host, port))
+            if command != 1:  # only CONNECT
+                writer.write(b"\x05\x07\x00\x01\x00\x00\x00\x00\x00\x00")
+                return
+            up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+            writer.write(b"\x05\x00\x00\x01\x7f\x00\x00\x01" + self.upstream[1].to_bytes(2, "big"))
+            await writer.drain()
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+
+        async def stop() -> None:
+            assert self._server is not None
+            self._server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    finally:
+        with contextlib.suppress(Exception):
+            writer.close()
