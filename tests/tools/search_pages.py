@@ -68,11 +68,27 @@ OFF_TOPIC = [
 # Chinese results for ``CJK_QUERY`` (five hosts), for the China-market engines.
 CJK_QUERY = "Rust 所有权 借用规则"
 CJK_RESULTS = [
-    ("Rust 所有权与借用规则详解", "https://rust.example.cn/ownership", "Rust 的所有权系统和借用规则：一个可变引用或多个共享引用。"),
-    ("理解 Rust 所有权 - Rust 程序设计语言", "https://kaisery.example.cn/ch04", "所有权是 Rust 最独特的功能，借用规则让你无需获取所有权即可使用值。"),
-    ("Rust 借用规则与所有权入门", "https://blog.example.com.cn/rust-borrow", "入门讲解 Rust 所有权、借用规则和生命周期。"),
+    (
+        "Rust 所有权与借用规则详解",
+        "https://rust.example.cn/ownership",
+        "Rust 的所有权系统和借用规则：一个可变引用或多个共享引用。",
+    ),
+    (
+        "理解 Rust 所有权 - Rust 程序设计语言",
+        "https://kaisery.example.cn/ch04",
+        "所有权是 Rust 最独特的功能，借用规则让你无需获取所有权即可使用值。",
+    ),
+    (
+        "Rust 借用规则与所有权入门",
+        "https://blog.example.com.cn/rust-borrow",
+        "入门讲解 Rust 所有权、借用规则和生命周期。",
+    ),
     ("Rust 所有权和借用规则速查表", "https://cheat.example.net/rust-zh", "Rust 所有权与借用规则速查。"),
-    ("为什么 Rust 所有权很重要", "https://news.example.org/rust-ownership-zh", "Rust 所有权规则防止数据竞争，借用规则保证安全。"),
+    (
+        "为什么 Rust 所有权很重要",
+        "https://news.example.org/rust-ownership-zh",
+        "Rust 所有权规则防止数据竞争，借用规则保证安全。",
+    ),
 ]
 CHROME = "<a href='/settings'>Settings</a><a href='https://duckduckgo.com/about'>About</a><a href='https://www.google.com/search?q=next'>Next</a>"
 

@@ -289,7 +289,9 @@ def test_w3_breakers_are_per_session_by_default(agent, tmp_path, server) -> None
     assert len(server.hits("/ddg")) == 2
 
 
-def test_w3_run_scope_breakers_are_shared_by_a_run_and_its_delegated_children(agent, tmp_path, server) -> None:
+def test_w3_run_scope_breakers_are_shared_by_a_run_and_its_delegated_children(
+    agent, tmp_path, server
+) -> None:
     """``search_breaker_scope="run"``: a session and its ``task`` children (``<parent>.<task_id>``)
     share one breaker; another run keeps its own."""
     server.route("/ddg", static(429, "slow down", {"Retry-After": "120"}))
@@ -343,7 +345,9 @@ def test_w3_health_settings_override_the_breaker_thresholds_and_open_time(agent,
     cfg = SearchConfig.from_settings(settings)
     assert (cfg.max_failures, cfg.suspend_seconds) == (1, 5)
     server.route("/ddg", static(500, "boom"))
-    s = session(agent, tmp_path, server, config=replace(config_for(server), max_failures=1, suspend_seconds=5))
+    s = session(
+        agent, tmp_path, server, config=replace(config_for(server), max_failures=1, suspend_seconds=5)
+    )
     first = s.tool("web_search", {"query": P.QUERY, "engines": ["ddg"]})
     assert first.metadata["engine_outcomes"][0]["kind"] == "transport"
     second = s.tool("web_search", {"query": P.QUERY + " again", "engines": ["ddg"]})

@@ -107,7 +107,8 @@ def parse_bing(body: bytes, base: str) -> Parsed:
 
 
 _SOGOU_SNIPPET = " or ".join(
-    _cls(c) for c in ("space-txt", "str-text", "str_info", "star-wiki", "text-layout", "attribute-centent", "ft")
+    _cls(c)
+    for c in ("space-txt", "str-text", "str_info", "star-wiki", "text-layout", "attribute-centent", "ft")
 )
 _DATE = re.compile(r"(\d{4})[-./年](\d{1,2})[-./月](\d{1,2})")
 
@@ -127,9 +128,7 @@ def parse_sogou(body: bytes, base: str) -> Parsed:
     if doc is None:
         return out
     # Rich cards (weather, dictionary, …) are vrwraps with a special-wrap inside: not web results.
-    blocks = doc.xpath(
-        f"//div[({_cls('vrwrap')} or {_cls('rb')}) and not(.//div[{_cls('special-wrap')}])]"
-    )
+    blocks = doc.xpath(f"//div[({_cls('vrwrap')} or {_cls('rb')}) and not(.//div[{_cls('special-wrap')}])]")
     for block in blocks:
         link = _first(block, f".//h3[{_cls('vr-title')} or {_cls('pt')}]//a[@href]")
         if link is None:

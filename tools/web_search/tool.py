@@ -69,7 +69,9 @@ class Params(BaseModel):
         default=None, ge=1, le=MAX_TIMEOUT_S, description="Seconds (1-60, default 10)."
     )
     proxy: str | None = Field(
-        default=None, max_length=2048, description="Proxy for this search: http://, https:// or socks5://host:port."
+        default=None,
+        max_length=2048,
+        description="Proxy for this search: http://, https:// or socks5://host:port.",
     )
     format: Literal["text", "json"] = Field(default="text", description="text (default) or json.")
     full_text_bytes: int | None = Field(
