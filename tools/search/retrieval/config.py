@@ -6,7 +6,8 @@ A host configures retrieval through ``SessionOptions.services``:
 - ``services["retrieval_embedder"]``: an object with the ``Embedder`` shape, which overrides the
   route entirely (hosts with their own model; tests with a slow or deterministic fake).
 
-Routes: ``"minilm"`` (the bundled all-MiniLM-L6-v2, numpy forward pass), ``"http"`` (an
+Routes: ``"minilm"`` (the bundled all-MiniLM-L6-v2 on ONNX Runtime, or a numpy forward pass:
+``minilm_backend``), ``"http"`` (an
 OpenAI-compatible ``/v1/embeddings`` endpoint), ``"none"``; ``"auto"`` (the default) picks minilm
 when its weights are installed, else http when a ``base_url`` is configured, else none. With no
 route the semantic/hybrid modes are not offered (``retrieval_available`` is False).
@@ -25,6 +26,7 @@ from kernel.errors import InvalidArgument, Unsupported
 
 Route = Literal["auto", "minilm", "http", "none"]
 ROUTES = ("auto", "minilm", "http", "none")
+MINILM_BACKENDS = ("auto", "onnx", "numpy")  # = embed_minilm.BACKENDS, imported only when used
 
 CONFIG_SERVICE = "retrieval_config"
 EMBEDDER_SERVICE = "retrieval_embedder"
@@ -83,6 +85,8 @@ class RetrievalConfig:
     http_batch: int = DEFAULT_HTTP_BATCH
     first_query_wait_s: float = DEFAULT_FIRST_QUERY_WAIT_S
     embedding_cache: bool = True  # keep vectors under .a3s/index/embeddings.sqlite (embed_cache)
+    # minilm route: "auto" (ONNX Runtime when installed, else numpy), "onnx" or "numpy"
+    minilm_backend: str = "auto"
     caps: Caps = field(default_factory=Caps)
 
     def __post_init__(self) -> None:
@@ -90,6 +94,10 @@ class RetrievalConfig:
             raise InvalidArgument(f"retrieval route must be one of {ROUTES}, got {self.route!r}")
         if self.route == "http" and not self.base_url:
             raise InvalidArgument("retrieval route 'http' needs base_url")
+        if self.minilm_backend not in MINILM_BACKENDS:
+            raise InvalidArgument(
+                f"retrieval minilm_backend must be one of {MINILM_BACKENDS}, got {self.minilm_backend!r}"
+            )
 
     @classmethod
     def from_value(cls, value: Any) -> RetrievalConfig:
@@ -151,7 +159,7 @@ def make_embedder(services: Mapping[str, Any] | None) -> Embedder:
     if route == "minilm":
         from tools.search.retrieval.embed_minilm import MiniLMEmbedder
 
-        return MiniLMEmbedder()
+        return MiniLMEmbedder(backend=config.minilm_backend)  # type: ignore[arg-type]
     if route == "http":
         from tools.search.retrieval.embed_http import HttpEmbedder
 
