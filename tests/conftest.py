@@ -8,6 +8,7 @@ names an *empty* database to use instead.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,6 +18,24 @@ from orchestrator import Agent
 from tests.llama_server import LlamaServer
 from tests.llama_server import missing as llama_missing
 from tests.redis_server import RedisServer, check_given_url, free_port, given_url, redis_server_available
+
+
+@pytest.fixture(scope="session", autouse=True)
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """MiniLM's ONNX graph (~90 MB, written on first use) goes to the test session's own directory,
+    not the user's cache: a run leaves nothing behind (subprocesses inherit the variable)."""
+    from tools.search.retrieval import minilm_onnx
+
+    path = tmp_path_factory.mktemp("models")
+    old = os.environ.get(minilm_onnx.CACHE_ENV)
+    os.environ[minilm_onnx.CACHE_ENV] = str(path)
+    try:
+        yield path
+    finally:
+        if old is None:
+            os.environ.pop(minilm_onnx.CACHE_ENV, None)
+        else:
+            os.environ[minilm_onnx.CACHE_ENV] = old
 
 
 @pytest.fixture(scope="module")

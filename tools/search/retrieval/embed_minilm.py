@@ -446,7 +446,9 @@ class MiniLMEmbedder:
                 seq = encodings[i].ids
                 ids[row, : len(seq)] = seq
                 mask[row, : len(seq)] = 1
-            out[idx] = w.forward(ids, mask, self._act) if w is not None else minilm_onnx.run(session, ids, mask)
+            out[idx] = (
+                w.forward(ids, mask, self._act) if w is not None else minilm_onnx.run(session, ids, mask)
+            )
 
         workers = min(self.workers, len(batches))
         if workers <= 1:  # one batch or one CPU: numpy lets BLAS use the cores; ORT runs it as is

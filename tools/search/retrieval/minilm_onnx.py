@@ -109,7 +109,13 @@ def build_model(weights: Any, exact_gelu: bool = True) -> Any:
         a = op("MatMul", [a, const(p + "out_w", layer.out_w)], p + "attn_out")
         h = op(
             "SkipLayerNormalization",
-            [a, h, const(p + "ln1_w", layer.ln1_w), const(p + "ln1_b", layer.ln1_b), const(p + "out_b", layer.out_b)],
+            [
+                a,
+                h,
+                const(p + "ln1_w", layer.ln1_w),
+                const(p + "ln1_b", layer.ln1_b),
+                const(p + "out_b", layer.out_b),
+            ],
             p + "h1",
             ms,
             epsilon=1e-12,
@@ -119,7 +125,13 @@ def build_model(weights: Any, exact_gelu: bool = True) -> Any:
         d = op("MatMul", [u, const(p + "down_w", layer.down_w)], p + "down")
         h = op(
             "SkipLayerNormalization",
-            [d, h, const(p + "ln2_w", layer.ln2_w), const(p + "ln2_b", layer.ln2_b), const(p + "down_b", layer.down_b)],
+            [
+                d,
+                h,
+                const(p + "ln2_w", layer.ln2_w),
+                const(p + "ln2_b", layer.ln2_b),
+                const(p + "down_b", layer.down_b),
+            ],
             p + "h2",
             ms,
             epsilon=1e-12,
@@ -127,7 +139,11 @@ def build_model(weights: Any, exact_gelu: bool = True) -> Any:
     # sentence-transformers' mean pooling over real tokens, then L2 normalisation
     m = op("Unsqueeze", [op("Cast", ["attention_mask"], "mask_f", to=TensorProto.FLOAT), "last"], "mask3")
     summed = op("ReduceSum", [op("Mul", [h, m], "masked"), "one"], "summed", keepdims=0)
-    count = op("Max", [op("ReduceSum", [m, "one"], "count", keepdims=0), const("eps9", np.array(1e-9, np.float32))], "count_c")
+    count = op(
+        "Max",
+        [op("ReduceSum", [m, "one"], "count", keepdims=0), const("eps9", np.array(1e-9, np.float32))],
+        "count_c",
+    )
     pooled = op("Div", [summed, count], "pooled")
     norm = op("ReduceL2", [pooled, "last"], "norm", keepdims=1)
     norm = op("Max", [norm, const("eps12", np.array(1e-12, np.float32))], "norm_c")
@@ -142,7 +158,9 @@ def build_model(weights: Any, exact_gelu: bool = True) -> Any:
         [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["batch", weights.hidden])],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(ms, 1)])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(ms, 1)]
+    )
     model.ir_version = IR_VERSION
     return model
 
