@@ -255,24 +255,24 @@ async def report(
                 f" {r['first_seconds']:.1f} s){ratio}; a second session with the embedding cache:"
                 f" {r['second_rate']:.0f} chunks/s ({r['second_embedded']:.0f} re-embedded)"
             )
-    r = await bench_queries(model, full, n_queries, hybrid_queries)
-    st = r["index"]
+    q = await bench_queries(model, full, n_queries, hybrid_queries)
+    st = q["index"]
     how = "MiniLM" if full else "random unit vectors, not MiniLM; queries embedded with MiniLM"
     print(
         f"10k index over the stdlib: {st['indexed_chunks']} chunks in {st['indexed_files']} files "
-        f"built in {r['build_s']:.1f} s ({how}); {st['indexed_chunks'] / r['build_s']:.0f} chunks/s; "
+        f"built in {q['build_s']:.1f} s ({how}); {st['indexed_chunks'] / q['build_s']:.0f} chunks/s; "
         f"memory {st['usage']['memory_bytes'] / 2**20:.1f} MiB; skipped {st['skipped']}"
     )
     for mode in ("semantic", "hybrid"):
-        times = r[mode]
+        times = q[mode]
         print(
             f"{mode} query latency at {st['indexed_chunks']} chunks (mode runner, warm): "
             f"median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms over {len(times)} queries"
         )
     print(
-        f"  of which: MiniLM query embedding {r['query_embed_ms']:.0f} ms; exact cosine top-40 over the matrix {r['cosine_ms']:.2f} ms"
+        f"  of which: MiniLM query embedding {q['query_embed_ms']:.0f} ms; exact cosine top-40 over the matrix {q['cosine_ms']:.2f} ms"
     )
-    return {"build": b, "queries": r, "blas": blas}
+    return {"build": b, "queries": q, "blas": blas}
 
 
 def main() -> None:

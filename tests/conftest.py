@@ -24,18 +24,17 @@ from tests.redis_server import RedisServer, check_given_url, free_port, given_ur
 def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """MiniLM's ONNX graph (~90 MB, written on first use) goes to the test session's own directory,
     not the user's cache: a run leaves nothing behind (subprocesses inherit the variable)."""
-    from tools.search.retrieval import minilm_onnx
-
+    name = "A3S_MODEL_CACHE"  # tools.search.retrieval.minilm_onnx.CACHE_ENV (not imported here: light)
     path = tmp_path_factory.mktemp("models")
-    old = os.environ.get(minilm_onnx.CACHE_ENV)
-    os.environ[minilm_onnx.CACHE_ENV] = str(path)
+    old = os.environ.get(name)
+    os.environ[name] = str(path)
     try:
         yield path
     finally:
         if old is None:
-            os.environ.pop(minilm_onnx.CACHE_ENV, None)
+            os.environ.pop(name, None)
         else:
-            os.environ[minilm_onnx.CACHE_ENV] = old
+            os.environ[name] = old
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ is downloaded at run time. Invariants:
 - everything stays float32: every scalar in the graph is a Python float, never an ``np.float64``
   (NEP 50 would silently upcast the whole network to float64 and make it ~3× slower);
 - the weights are loaded once per process and shared read-only by every session's embedder;
-- the ONNX route (``minilm_onnx``, the default when ``onnxruntime`` is installed: ~1.4× the
+- the ONNX route (``minilm_onnx``, the default when ``onnxruntime`` is installed: 1.25–1.4× the
   numpy pass per core) runs a graph written here from these same weights, with the same
   tokenizer, batching and threads below; any failure to start it falls back to numpy.
 
