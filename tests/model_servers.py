@@ -10,6 +10,9 @@ A turn has the scripted-file shape (``flows/providers/scripted.py``): ``{"text",
 
 - ``{"status": 429, "retry_after": "1", "body": {...}}`` — answer that status (and header);
 - ``{"delay_s": 0.2, ...}`` — wait before answering (with any other turn);
+- ``{"await_peak": 2, ...}`` — a barrier: wait (at most ``AWAIT_PEAK_S``) until at least that many
+  requests have been in flight at once, then answer. ``peak_in_flight`` is the most requests the
+  server has held at the same time, so a test proves a concurrency bound without timings;
 - ``{"disconnect": true}`` — close the connection without an answer;
 - ``{"stream_error": {"type": "overloaded_error", "message": "..."}}`` — a 200 stream whose first
   event is an error event;
@@ -42,6 +45,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 TEXT_CHUNKS = 3
+AWAIT_PEAK_S = 30.0  # an ``await_peak`` barrier gives up after this (the test then fails on its count)
 
 
 @dataclass
@@ -96,6 +100,9 @@ class _ScriptedServer(abc.ABC):
         self.arg_chunks = arg_chunks
         self.requests: list[SeenRequest] = []
         self._lock = threading.Lock()
+        self._flight = threading.Condition(self._lock)
+        self.in_flight = 0
+        self.peak_in_flight = 0
         self._thread: threading.Thread | None = None
         owner = self
 
@@ -111,10 +118,13 @@ class _ScriptedServer(abc.ABC):
                 self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def do_POST(self) -> None:
+                owner._enter()
                 try:
                     owner._handle(self)
                 except (BrokenPipeError, ConnectionResetError):
                     self.close_connection = True  # the client gave up (a deadline, a cancel): fine
+                finally:
+                    owner._leave()
 
         # Bound now (so base_url is known before `with`); served from __enter__ to __exit__.
         self._server: ThreadingHTTPServer | None = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -158,6 +168,22 @@ class _ScriptedServer(abc.ABC):
                 return self._last
             return self._last if self.repeat_last else None
 
+    # ---- concurrency ----------------------------------------------------------------------------
+
+    def _enter(self) -> None:
+        with self._flight:
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            self._flight.notify_all()
+
+    def _leave(self) -> None:
+        with self._flight:
+            self.in_flight -= 1
+
+    def _await_peak(self, n: int) -> None:
+        with self._flight:
+            self._flight.wait_for(lambda: self.peak_in_flight >= n, timeout=AWAIT_PEAK_S)
+
     # ---- one request ----------------------------------------------------------------------------
 
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
@@ -174,6 +200,8 @@ class _ScriptedServer(abc.ABC):
         turn = self.route(body) if self.route is not None else self._next()
         if turn is None:
             return self._json(h, 500, self._error_body("api_error", "scripted server: script exhausted"))
+        if turn.get("await_peak"):
+            self._await_peak(int(turn["await_peak"]))
         if turn.get("delay_s"):
             time.sleep(float(turn["delay_s"]))
         if turn.get("disconnect"):
