@@ -1,15 +1,25 @@
 """The headless tier in a real Chromium (Debian's /usr/bin/chromium via Playwright) (SPEC W-1, W-4, D-3).
 
-Every test ends by checking that no process of any ``a3s-chromium-*`` pool is left: closing,
-cancelling and timing out all leave nothing behind. The browser reaches the loopback pages only
-through the safe transport; Chromium itself resolves and connects to nothing.
+Every test ends by checking that no process of any ``a3s-chromium-*`` pool it started is left:
+closing, cancelling and timing out all leave nothing behind. The browser reaches the loopback pages
+only through the safe transport; Chromium itself resolves and connects to nothing.
+
+Which processes count: each test gets a temporary directory of its own (``tempfile.tempdir``, which
+the pool's ``mkdtemp`` honours), so every process of every pool the test started — browser, zygotes,
+renderers, and any orphan reparented to init — carries ``<that dir>/a3s-chromium-`` on its command
+line. Chromium started by other test sessions on the machine never matches; nothing this test
+launched can escape the check (ancestry would miss exactly the orphans, so it is not used).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +34,20 @@ pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/chromium"), reason=
 HTML = "text/html; charset=utf-8"
 
 
-def pool_processes() -> list[str]:
+@pytest.fixture(autouse=True)
+def scope(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """This test's temporary directory: its pools' ``a3s-chromium-*`` directories are made here.
+    Short (under /tmp), so Chromium's singleton socket path stays within the 108-byte limit.
+    (``tmp_path`` first: pytest's own temporary base must not land in here.)"""
+    own = tempfile.mkdtemp(prefix="a3s-t-")
+    monkeypatch.setattr(tempfile, "tempdir", own)
+    yield own
+    shutil.rmtree(own, ignore_errors=True)
+
+
+def pool_processes(scope: str) -> list[str]:
+    """Live processes of the pools this test started (their command lines name its directory)."""
+    needle = os.path.join(scope, MARKER_PREFIX)
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -34,18 +57,18 @@ def pool_processes() -> list[str]:
                 cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if MARKER_PREFIX in cmd and "pytest" not in cmd:
+        if needle in cmd and "pytest" not in cmd:
             found.append(f"{entry}: {cmd[:120]}")
     return found
 
 
-def wait_gone(deadline_s: float = 10.0) -> list[str]:
+def wait_gone(scope: str, deadline_s: float = 10.0) -> list[str]:
     """Processes still alive once the call returned (killed ones may take a moment to be reaped)."""
     end = time.monotonic() + deadline_s
-    left = pool_processes()
+    left = pool_processes(scope)
     while left and time.monotonic() < end:
         time.sleep(0.1)
-        left = pool_processes()
+        left = pool_processes(scope)
     return left
 
 
@@ -56,7 +79,7 @@ def server():
     srv.close()
 
 
-def test_w1_browser_tier_renders_a_served_page(agent, tmp_path, server) -> None:
+def test_w1_browser_tier_renders_a_served_page(agent, tmp_path, server, scope) -> None:
     outside = LoopbackServer("127.0.0.2")
     try:
         outside.route("/beacon", static(200, "x"))
@@ -79,16 +102,16 @@ def test_w1_browser_tier_renders_a_served_page(agent, tmp_path, server) -> None:
         assert outside.hits() == []
     finally:
         outside.close()
-    assert wait_gone() == []
+    assert wait_gone(scope) == []
 
 
-def test_d3_the_browser_tier_obeys_the_guard(agent, tmp_path, server) -> None:
+def test_d3_the_browser_tier_obeys_the_guard(agent, tmp_path, server, scope) -> None:
     server.route("/bing_browser", static(200, P.bing_page(P.RESULTS), content_type=HTML))
     s = agent.session(tmp_path, SessionOptions(services={"web_search": config_for(server)}))  # guard closed
     res = s.tool("web_search", {"query": P.QUERY, "engines": ["bing_browser"], "timeout": 60})
     assert res.exit_code == 1
     assert server.hits() == []
-    assert wait_gone() == []
+    assert wait_gone(scope) == []
 
 
 def test_w1_no_browser_is_launched_unless_a_headless_engine_runs(agent, tmp_path, server) -> None:
@@ -106,35 +129,35 @@ def _hanging(started: threading.Event):
     return handler
 
 
-def test_w4_no_orphan_chromium_after_a_cancel(agent, tmp_path, server) -> None:
+def test_w4_no_orphan_chromium_after_a_cancel(agent, tmp_path, server, scope) -> None:
     started = threading.Event()
     server.route("/bing_browser", _hanging(started))
     s = session(agent, tmp_path, server)
     fut = s.tool_async("web_search", {"query": P.QUERY, "engines": ["bing_browser"], "timeout": 60})
     assert started.wait(60), "the browser never asked for the page"
-    assert pool_processes(), "chromium should be running while the page loads"
+    assert pool_processes(scope), "chromium should be running while the page loads"
     fut.cancel()  # type: ignore[attr-defined]
     deadline = time.monotonic() + 30
     while s.active_tools() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert s.active_tools() == []
-    assert wait_gone() == []
+    assert wait_gone(scope) == []
     assert not [
-        p for p in os.listdir("/tmp") if p.startswith(MARKER_PREFIX) and os.path.isdir(f"/tmp/{p}/profile")
+        p for p in os.listdir(scope) if p.startswith(MARKER_PREFIX) and os.path.isdir(f"{scope}/{p}/profile")
     ]
 
 
-def test_w4_no_orphan_chromium_after_a_timeout(agent, tmp_path, server) -> None:
+def test_w4_no_orphan_chromium_after_a_timeout(agent, tmp_path, server, scope) -> None:
     started = threading.Event()
     server.route("/bing_browser", _hanging(started))
     s = session(agent, tmp_path, server)
     res = s.tool("web_search", {"query": P.QUERY, "engines": ["bing_browser"], "timeout": 25})
     assert res.exit_code == 1 and res.error_kind["type"] == "timeout"
     assert started.is_set()
-    assert wait_gone() == []
+    assert wait_gone(scope) == []
 
 
-def test_w4_the_request_level_proxy_reaches_the_browser_tier(agent, tmp_path, server) -> None:
+def test_w4_the_request_level_proxy_reaches_the_browser_tier(agent, tmp_path, server, scope) -> None:
     page = P.js_rendered_bing_page(P.RESULTS)
     server.route("http://engine.example.com/bing_browser", static(200, page, content_type=HTML))
     cfg = config_for(server, bing_browser="http://engine.example.com/bing_browser?q={query}")
@@ -144,10 +167,10 @@ def test_w4_the_request_level_proxy_reaches_the_browser_tier(agent, tmp_path, se
     )
     assert res.exit_code == 0, res.output
     assert [h.path.split("?")[0] for h in server.hits()] == ["http://engine.example.com/bing_browser"]
-    assert wait_gone() == []
+    assert wait_gone(scope) == []
 
 
-def test_w4_a_socks5_proxy_reaches_the_browser_tier(agent, tmp_path, server) -> None:
+def test_w4_a_socks5_proxy_reaches_the_browser_tier(agent, tmp_path, server, scope) -> None:
     """Chromium has no network of its own: every request it makes is fetched through the safe
     transport, so a socks5 ``proxy`` carries the headless tier too (Playwright's own proxy option
     is never used)."""
@@ -165,4 +188,4 @@ def test_w4_a_socks5_proxy_reaches_the_browser_tier(agent, tmp_path, server) -> 
         assert [h.headers["host"] for h in server.hits("/bing_browser")] == ["engine.example.com"]
     finally:
         socks.close()
-    assert wait_gone() == []
+    assert wait_gone(scope) == []
