@@ -66,6 +66,9 @@ RUN_KEY_TTL_MS = 600_000  # a run whose orchestrator vanished is forgotten after
 OUTAGE_TOLERANCE_S = 30.0
 OUTAGE_POLL_S = 0.25
 CANCEL_SETTLE_S = 2.0
+# A run's publishing thread may hand back after its results arrived (a loaded machine): closing the
+# run waits this long for it, so its bookkeeping never lands after the run's keys are deleted.
+FLUSH_SETTLE_S = 5.0
 # No live worker for the queue when a run starts: look again for this long (a worker beats every
 # second; after a Redis restart it re-registers within one beat), then fail the run.
 NO_WORKER_GRACE_S = 3.0
@@ -92,6 +95,7 @@ class _Run:
     refs: int = 0
     ready: asyncio.Task[None] | None = None
     reader: asyncio.Task[None] | None = None
+    flushes: set[asyncio.Future[None]] = field(default_factory=set)
     flushing: bool = False
     closing: bool = False
     unconsumed_since: float | None = None  # monotonic time since no live worker consumes the queue
@@ -162,6 +166,9 @@ class CeleryRunner:
     async def aclose(self) -> None:
         for run in list(self._runs.values()):
             await self._close_run(run)
+        # Nothing may reach for a client once they are closed: ``_client()`` would open a new one that
+        # nobody closes (an unclosed connection at GC) and recreate the key it touched.
+        await _settle(self._background, 0)
         for client in (self._redis, self._backend):
             if client is not None:
                 await client.aclose()
@@ -244,6 +251,10 @@ class CeleryRunner:
             return
         del self._runs[run.run_id]
         run.closing = True
+        # The run's publishing bookkeeping (``total``) must land before its keys go, or an HINCRBY
+        # after the DELETE recreates the run hash with no TTL; a publish still out after the grace
+        # is cancelled (its thread finishes the publish; the count is skipped).
+        await _settle(run.flushes, FLUSH_SETTLE_S)
         if self._redis is None:
             return
         if run.reader is not None and not run.reader.done():
@@ -256,6 +267,7 @@ class CeleryRunner:
             done, _ = await asyncio.wait([run.reader], timeout=IDLE_CHECK_S + 1)
             if not done:
                 run.reader.cancel()
+                await asyncio.wait([run.reader], timeout=IDLE_CHECK_S)
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.delete(self.keys.run(run.run_id), self.keys.results(run.run_id))
@@ -269,8 +281,9 @@ class CeleryRunner:
     def _spawn_flush(self, run: _Run) -> None:
         # Scheduled with call_soon: every branch started in this loop turn is in the outbox by now.
         task = asyncio.ensure_future(self._flush(run))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        for owner in (self._background, run.flushes):
+            owner.add(task)
+            task.add_done_callback(owner.discard)
 
     async def _flush(self, run: _Run) -> None:
         batch, run.outbox, run.flushing = run.outbox, [], False
@@ -279,7 +292,8 @@ class CeleryRunner:
         messages = [self._message(run, index, branch) for index, branch in batch]
         try:
             await asyncio.to_thread(self._publish, messages)
-            await self._client().hincrby(self.keys.run(run.run_id), "total", len(batch))
+            if not run.closing:  # a closed run's hash is gone: never recreate it
+                await self._client().hincrby(self.keys.run(run.run_id), "total", len(batch))
         except Exception as exc:  # kombu raises its own OperationalError, redis its ConnectionError
             err = (
                 exc
@@ -539,6 +553,17 @@ class CeleryRunner:
                 fut.set_exception(Cancelled(f"branch {i} of {run.run_id} cancelled", op=TOOL_TASK))
             if fut is not None and fut.done() and not fut.cancelled():
                 fut.exception()  # retrieved: the caller is gone, nobody else will look at it
+
+
+async def _settle(tasks: set[asyncio.Future[None]], grace_s: float) -> None:
+    """Wait up to ``grace_s`` for ``tasks``, then cancel the rest and wait until they have stopped."""
+    pending = {t for t in tasks if not t.done()}
+    if pending and grace_s > 0:
+        _, pending = await asyncio.wait(pending, timeout=grace_s)
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.wait(pending)
 
 
 CeleryDispatcher = CeleryRunner

@@ -10,9 +10,11 @@ A turn has the scripted-file shape (``flows/providers/scripted.py``): ``{"text",
 
 - ``{"status": 429, "retry_after": "1", "body": {...}}`` — answer that status (and header);
 - ``{"delay_s": 0.2, ...}`` — wait before answering (with any other turn);
-- ``{"await_peak": 2, ...}`` — a barrier: wait (at most ``AWAIT_PEAK_S``) until at least that many
+- ``{"await_peak": 2, ...}`` — a barrier: wait (at most ``HOLD_S``) until at least that many
   requests have been in flight at once, then answer. ``peak_in_flight`` is the most requests the
   server has held at the same time, so a test proves a concurrency bound without timings;
+- ``{"hold": threading.Event(), ...}`` — wait (at most ``HOLD_S``) until the test sets the event
+  (in-process routes only): a request held until something happened, instead of a guessed delay;
 - ``{"disconnect": true}`` — close the connection without an answer;
 - ``{"stream_error": {"type": "overloaded_error", "message": "..."}}`` — a 200 stream whose first
   event is an error event;
@@ -45,7 +47,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 TEXT_CHUNKS = 3
-AWAIT_PEAK_S = 30.0  # an ``await_peak`` barrier gives up after this (the test then fails on its count)
+HOLD_S = 30.0  # ``await_peak`` and ``hold`` give up after this (the test then fails on what it checks)
 
 
 @dataclass
@@ -182,7 +184,7 @@ class _ScriptedServer(abc.ABC):
 
     def _await_peak(self, n: int) -> None:
         with self._flight:
-            self._flight.wait_for(lambda: self.peak_in_flight >= n, timeout=AWAIT_PEAK_S)
+            self._flight.wait_for(lambda: self.peak_in_flight >= n, timeout=HOLD_S)
 
     # ---- one request ----------------------------------------------------------------------------
 
@@ -202,6 +204,8 @@ class _ScriptedServer(abc.ABC):
             return self._json(h, 500, self._error_body("api_error", "scripted server: script exhausted"))
         if turn.get("await_peak"):
             self._await_peak(int(turn["await_peak"]))
+        if turn.get("hold") is not None:
+            turn["hold"].wait(HOLD_S)
         if turn.get("delay_s"):
             time.sleep(float(turn["delay_s"]))
         if turn.get("disconnect"):

@@ -297,7 +297,11 @@ def test_x3_a_child_killed_with_its_worker_completes_once(
 ) -> None:
     """F-3, X-3: SIGKILL the worker (main process and pool) while a child waits for its model; the
     child's job is delivered again to another worker, runs again, and the parent receives its result
-    exactly once."""
+    exactly once.
+
+    The slow child's first model request is held until the victim is dead (a barrier, not a guessed
+    delay, so a loaded machine cannot let it answer before the kill); its rerun is answered at once.
+    """
     import threading
     import time
 
@@ -308,20 +312,25 @@ def test_x3_a_child_killed_with_its_worker_completes_once(
         A3S_JOB_SOFT_TIME_LIMIT_S="4",
     )
     victim = spawn_worker(env, "victim", pool="prefork", concurrency=2)
+    killed = threading.Event()
     model.scripts["JOB kill"] = [task_call(item("k-fast"), item("k-slow")), {"text": "kill survived"}]
     model.scripts["k-fast"] = [{"text": "fast child"}]
-    model.scripts["k-slow"] = [{"delay_s": 2.0, "text": "slow child"}]
+    model.scripts["k-slow"] = [{"hold": killed, "text": "slow child"}]
     path = write_jobs(tmp_path / "jobs.jsonl", [{"id": "kill", "prompt": "JOB kill"}])
     out = tmp_path / "results.jsonl"
 
     def kill_when_slow_child_asks() -> None:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if model.bodies("k-slow"):
-                victim.kill()
-                spawn_worker(env, "rescuer", pool="prefork", concurrency=2)
-                return
-            time.sleep(0.02)
+        try:
+            while time.monotonic() < deadline:
+                if model.bodies("k-slow"):
+                    victim.kill()
+                    killed.set()
+                    spawn_worker(env, "rescuer", pool="prefork", concurrency=2)
+                    return
+                time.sleep(0.02)
+        finally:
+            killed.set()  # never leave a request held (the assertions below then say what failed)
 
     killer = threading.Thread(target=kill_when_slow_child_asks)
     killer.start()
