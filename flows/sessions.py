@@ -33,24 +33,23 @@ from flows.generate_object import generate_object_tool
 from flows.integrations import McpSource, attach_integrations
 from flows.loop import LoopThread
 from flows.providers import parse_model_name
+from flows.session_kernel import artifact_store, assemble_kernel, checked_policy
 from flows.snapshot import build_snapshot, check_snapshot
 from flows.task.inprocess import InProcessChildren
 from flows.task.tool import TASK_CHILDREN_SERVICE, TASK_TOOLS
 from flows.workflow.tool import workflow_tool
-from kernel.artifacts import ArtifactStore, MemoryArtifactStore
 from kernel.budget import Budget
-from kernel.clock import IdFactory, SystemClock
+from kernel.clock import IdFactory
 from kernel.errors import InvalidArgument
-from kernel.events import EventSink, FanoutSink, MemoryEventSink
+from kernel.events import EventSink, MemoryEventSink
 from kernel.kernel import Kernel
 from kernel.options import SessionOptions
 from kernel.policy import PermissionPolicy
-from kernel.projection import Projector, ToolResultTransformPolicyV1, compact_change_metadata
+from kernel.projection import ToolResultTransformPolicyV1
 from kernel.registry import Registry
 from kernel.spec import ToolSpec
-from kernel.statedir import ensure_state_dir
 from kernel.workspace import Workspace
-from tools import builtin_tools
+from tools.builtin import builtin_tools
 
 CLOSE_SETTLE_S = 5.0
 DRAIN_POLL_S = 0.01
@@ -95,19 +94,6 @@ def options_from_snapshot(snapshot: dict[str, Any], services: dict[str, Any]) ->
     kwargs["permission_policy"] = PermissionPolicy.from_json(config.get("permission_policy"))
     kwargs["budget"] = Budget.from_json(config.get("budget"))
     return SessionOptions(**kwargs, services=services)
-
-
-def _artifact_store(workspace: Workspace, options: SessionOptions) -> ArtifactStore:
-    root = workspace.root
-    if root is not None and "write" in workspace.capabilities:
-        # The host's state directory exists before any sandboxed command runs (the sandbox binds it
-        # read-only) and is never followed through a symlink (kernel/statedir.py).
-        ensure_state_dir(root)
-        if options.artifact_store == "file":
-            from kernel.artifact_files import FileArtifactStore
-
-            return FileArtifactStore.for_workspace(root)
-    return MemoryArtifactStore()
 
 
 class SessionCore:
@@ -239,13 +225,9 @@ class SessionFactory:
     ) -> SessionCore:
         """A new session; ``sinks`` receive its events besides the in-memory log (e.g. a Redis Stream)."""
         ws = open_workspace(workspace)
-        policy = options.tool_result_transform_policy or ToolResultTransformPolicyV1.conservative()
-        policy.validate_policy()
-        artifacts = _artifact_store(ws, options)
-        memory = MemoryEventSink()
-        all_sinks: list[EventSink] = [*sinks, memory]
-        if "event_sink" in options.services:
-            all_sinks.append(options.services["event_sink"])
+        # Checked and made before anything starts (MCP servers, children) that a failure would strand.
+        policy = checked_policy(options)
+        artifacts = artifact_store(ws, options)
         registry = Registry(
             [
                 *builtin_tools(
@@ -264,21 +246,19 @@ class SessionFactory:
         children = services.setdefault(TASK_CHILDREN_SERVICE, InProcessChildren(self))
         # Skills and MCP servers (flows.integrations): session tools and dynamic tools (S-2).
         closers = attach_integrations(self.loop, self.mcp, ws, options, registry, state, services)
-        kernel = Kernel(
+        kernel, memory = assemble_kernel(
+            ws,
+            options,
+            registry,
             session_id=session_id or self.ids("session"),
-            registry=registry,
-            workspace=ws,
-            options=options,
-            projector=Projector(policy, artifacts),
-            artifacts=artifacts,
-            sink=FanoutSink(*all_sinks) if len(all_sinks) > 1 else memory,
-            clock=SystemClock(),
             ids=self.ids,
-            compact_change=compact_change_metadata,
+            sinks=sinks,
             services=services,
             session_state=state,
             budget_used=budget_used,
             started_ms=started_ms,
+            policy=policy,
+            artifacts=artifacts,
         )
         services.setdefault("model_budget", kernel.budget)  # generate_object charges model usage here
         name = workspace if isinstance(workspace, str) else ws.name

@@ -289,6 +289,13 @@ def tool_cmd(
     if not isinstance(args, dict):
         raise click.UsageError("ARGS_JSON must be a JSON object")
     mcp = mcp_session_options(mcp_config, mcp_workspace_config)
+    if not (model or mcp):
+        from orchestrator.cli_direct import direct_eligible
+
+        if direct_eligible(name, workspace, os.environ):  # read/ls: a one-tool session (cli_direct)
+            result = _direct(name, args, workspace, policy)
+            if result is not None:
+                _print_result(result, as_json)
     Agent, SessionOptions = _sdk()  # after the arguments were checked: a usage error stays instant
     if model:
         from flows.providers import parse_model_name
@@ -308,7 +315,26 @@ def tool_cmd(
             click.echo(f"error: unknown tool {name!r}{hint} (a3s-fleet tools lists them)", err=True)
             sys.exit(2)
         result = session.tool(name, args)
+    _print_result(result, as_json)
+
+
+def _direct(name: str, args: dict[str, Any], workspace: str, policy: str) -> Any:
+    # pydantic looks for plugins (an entry-point scan of every installed distribution, ~20 ms) when
+    # it builds its first model; a one-tool call loads no user code that could bring one.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    with gc_paused():
+        from kernel.options import SessionOptions
+        from orchestrator.cli_direct import direct_call
+
+    gc.freeze()
+    return direct_call(name, args, workspace, SessionOptions(tool_result_transform_policy=_policy(policy)))
+
+
+def _print_result(result: Any, as_json: bool) -> None:
+    """The result on stdout (stderr when it failed); exit 0 when ``exit_code`` is 0, else 1."""
     if as_json:
+        import json
+
         data = result.to_json()
         data.pop("trust", None)
         click.echo(json.dumps(data, ensure_ascii=False))

@@ -49,10 +49,10 @@ def mcp_options(fn: F) -> F:
 
 def mcp_session_options(mcp_config: str | None, mcp_workspace_config: bool = False) -> dict[str, Any]:
     """``SessionOptions`` keyword arguments for the two options (the file is read and validated now)."""
-    from tools.mcp import load_config_file
-
     out: dict[str, Any] = {}
     if mcp_config:
+        from tools.mcp import load_config_file
+
         out["mcp_servers"] = load_config_file(mcp_config)
     if mcp_workspace_config:
         out["mcp_workspace_config"] = True

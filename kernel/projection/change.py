@@ -17,7 +17,6 @@ Idempotent: metadata that already says ``change.compacted = true`` is returned u
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 from typing import Any
 
@@ -99,6 +98,8 @@ def bounded_head_tail(data: bytes, max_bytes: int) -> bytes:
 
 def unified_diff(before: str, after: str) -> str:
     """Line diff with ``--- before`` / ``+++ after`` headers; marks a missing final newline."""
+    import difflib  # only when a change is compacted: not on every import of the kernel
+
     lines = difflib.unified_diff(
         _lines(before), _lines(after), fromfile="before", tofile="after", n=DIFF_CONTEXT_LINES
     )

@@ -11,6 +11,7 @@ module level fails here, not in a benchmark nobody ran. Commands in other module
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -95,11 +96,48 @@ def test_naming_a_lazy_command_imports_its_module_only(name: str, tmp_path: Path
     assert _loaded(modules, ("celery", "kombu", "redis", "httpx", "numpy", "pygit2", "openai")) == []
 
 
-def test_tool_read_loads_only_what_a_read_needs(tmp_path: Path) -> None:
-    """A host-direct ``read`` builds a whole session, but numpy (search), pygit2 (git), jsonschema
-    (host tools), tantivy, QuickJS, MCP, Celery and Redis stay unloaded until a call needs them."""
+def _modules_after_env(tmp_path: Path, env: dict[str, str], *argv: str, cwd: Path) -> set[str]:
+    listing = tmp_path / "modules.json"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("A3S_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, str(listing), *argv],
+        cwd=cwd, capture_output=True, text=True, timeout=60, env={**base, **env},
+    )  # fmt: skip
+    assert listing.exists(), proc.stderr[-2000:]
+    return set(json.loads(listing.read_text()))
+
+
+# What a one-tool `read`/`ls` call never loads (orchestrator.cli_direct): the SDK and session
+# machinery, every other tool, settings, the HTTP stack, brokers, parsers and native engines.
+DIRECT_NEVER = (
+    "orchestrator.agent", "orchestrator.session", "flows.sessions", "flows.agent", "flows.task", "flows.workflow",
+    "flows.providers", "flows.integrations", "flows.loop", "config.settings", "pydantic_settings", "tools.builtin",
+    "tools.bash", "tools.batch", "tools.download", "tools.edit", "tools.git", "tools.mcp", "tools.net", "tools.patch",
+    "tools.program", "tools.search", "tools.skills", "tools.web_fetch", "tools.web_search", "tools.write",
+    "kernel.state", "kernel.gittree", "httpx", "httpcore", "anyio", "celery", "kombu", "redis", "billiard",
+    "openai", "anthropic", "pygit2", "numpy", "jsonschema", "tantivy", "quickjs", "mcp", "lxml", "trafilatura",
+    "yaml", "tokenizers", "playwright", "difflib",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["read", "ls"])
+def test_tool_read_and_ls_load_only_their_own_tool(name: str, tmp_path: Path) -> None:
+    """A host-direct ``read``/``ls`` with nothing configured is a one-tool session: it loads the kernel,
+    the projection and that tool's module — nothing of the SDK, no other tool, no settings."""
     (tmp_path / "README.md").write_text("hello\n")
-    modules = _modules_after(tmp_path, "tool", "read", '{"file_path": "README.md"}', cwd=tmp_path)
+    args = '{"file_path": "README.md"}' if name == "read" else "{}"
+    modules = _modules_after_env(tmp_path, {}, "tool", name, args, cwd=tmp_path)
+    assert {"orchestrator.cli_direct", "flows.session_kernel", "kernel.kernel", f"tools.{name}"} <= modules
+    assert _loaded(modules, DIRECT_NEVER) == []
+    assert not {"tools.read", "tools.ls"} - {f"tools.{name}"} & modules  # not even the other one
+
+
+def test_a_configured_tool_read_builds_the_whole_session_lazily(tmp_path: Path) -> None:
+    """With any A3S_* setting the call builds a full session; numpy (search), pygit2 (git),
+    jsonschema (host tools), tantivy, QuickJS, MCP, Celery and Redis still stay unloaded."""
+    (tmp_path / "README.md").write_text("hello\n")
+    env = {"A3S_EXTRA_TOOLS": ""}
+    modules = _modules_after_env(tmp_path, env, "tool", "read", '{"file_path": "README.md"}', cwd=tmp_path)
     assert "orchestrator.agent" in modules and "tools.read" in modules  # it did run the call
     never = ("celery", "kombu", "redis", "billiard", "flower", "openai", "anthropic", "pygit2", "numpy",
              "jsonschema", "tantivy", "quickjs", "mcp", "playwright", "trafilatura", "tokenizers")  # fmt: skip
