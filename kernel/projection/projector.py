@@ -18,6 +18,7 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -116,23 +117,23 @@ def _digest_and_transform(
 ) -> tuple[str, Transformed]:
     """SHA-256 of the original and its projection; for big outputs the two run side by side.
 
-    hashlib releases the GIL on large buffers and the fold is mostly numpy, so on a multi-core
-    machine the digest costs almost nothing extra. The transform needs the artifact line (which
-    holds the digest) only to size its cut: it runs with a same-length placeholder, and the real
-    line is put in afterwards — same length, so the cap arithmetic is unchanged.
+    The calling thread hashes (hashlib drops the GIL on big buffers) while a kept worker thread runs
+    the transform, which holds the GIL for whole C calls (msgspec validating a 10 MiB JSON array).
+    The transform is claimed by whichever thread gets to it first: on an idle second core the worker
+    takes it as soon as the hash drops the GIL; on a busy machine the caller runs it itself right
+    after the hash instead of waiting for a worker to be scheduled (``_Claimable``). The transform
+    needs the artifact line (which holds the digest) only to size its cut: it runs with a
+    same-length placeholder, and the real line is put in afterwards — same length, so the cap
+    arithmetic is unchanged.
     """
     if len(data) < PARALLEL_DIGEST_MIN_BYTES:
         hex_digest = hashlib.sha256(data).hexdigest()
         return hex_digest, transform(data, policy, artifact_line(uri_for_digest(tool_name, hex_digest)))
-    started = threading.Event()
-    digest = _digest_pool().submit(_sha256_hex, data, started)
-    # Wait until the digest is under way: hashlib drops the GIL while it hashes, but a transform
-    # step that holds the GIL for a whole C call (msgspec parsing a 10 MiB JSON array) would
-    # otherwise keep the digest thread from even starting, and the two would run one after the other.
-    started.wait()
     placeholder = artifact_line(uri_for_digest(tool_name, _PLACEHOLDER_DIGEST))
-    result = transform(data, policy, placeholder)
-    hex_digest = digest.result()
+    job = _Claimable(lambda: transform(data, policy, placeholder))
+    _worker_pool().submit(job.run_if_unclaimed)
+    hex_digest = hashlib.sha256(data).hexdigest()
+    result = job.run_or_wait()
     if result.lossy:
         real = artifact_line(uri_for_digest(tool_name, hex_digest))
         if result.content.endswith(placeholder):
@@ -142,24 +143,56 @@ def _digest_and_transform(
     return hex_digest, result
 
 
-def _sha256_hex(data: bytes, started: threading.Event | None = None) -> str:
-    if started is not None:
-        started.set()
-    return hashlib.sha256(data).hexdigest()
+class _Claimable:
+    """A job that runs exactly once, on the first thread that claims it; the other waits for it."""
+
+    def __init__(self, fn: Callable[[], Transformed]) -> None:
+        self._fn = fn
+        self._lock = threading.Lock()
+        self._claimed = False
+        self._done = threading.Event()
+        self._result: Transformed | None = None
+        self._error: BaseException | None = None
+
+    def _claim(self) -> bool:
+        with self._lock:
+            claimed, self._claimed = self._claimed, True
+            return not claimed
+
+    def run_if_unclaimed(self) -> None:
+        """The worker's side: run it unless the caller already did."""
+        if not self._claim():
+            return
+        try:
+            self._result = self._fn()
+        except BaseException as exc:  # handed to the caller, raised there
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def run_or_wait(self) -> Transformed:
+        """The caller's side: run it now, or wait for the worker that is running it."""
+        if self._claim():
+            return self._fn()
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
 
 
 _POOL_LOCK = threading.Lock()
 _POOL: concurrent.futures.ThreadPoolExecutor | None = None
 
 
-def _digest_pool() -> concurrent.futures.ThreadPoolExecutor:
-    """Threads kept for the digests of big outputs (starting a thread per result cost up to a few ms
-    on a loaded machine). hashlib releases the GIL on big buffers, so they run beside the transform."""
+def _worker_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """Threads kept for the transforms of big outputs (starting a thread per result cost up to a few
+    ms on a loaded machine)."""
     global _POOL
     if _POOL is None:
         with _POOL_LOCK:
             if _POOL is None:
-                _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="a3s-digest")
+                _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="a3s-project")
     return _POOL
 
 

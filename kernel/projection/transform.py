@@ -23,7 +23,6 @@ from enum import StrEnum
 from kernel.errors import KernelFault
 from kernel.projection.fold import Folded, fold_segments
 from kernel.projection.policy import MARKER_RESERVE_BYTES, TRANSFORM_ALGORITHM, ToolResultTransformPolicyV1
-from kernel.projection.sample import sample_json_array
 
 COMPAT_OVERSHOOT_BYTES = MARKER_RESERVE_BYTES
 
@@ -61,6 +60,9 @@ def transform(data: bytes, policy: ToolResultTransformPolicyV1, suffix: bytes) -
     content: bytes | Folded = data
     transformed = False
     if policy.structured_sample_items > 0 and len(data) > policy.max_output_bytes:
+        # Imported here: msgspec loads only for the first output big enough to sample.
+        from kernel.projection.sample import sample_json_array
+
         sampled = sample_json_array(data, policy.structured_sample_items)
         if sampled is not None:
             content, transformed = sampled, True

@@ -116,7 +116,7 @@ DIRECT_NEVER = (
     "tools.program", "tools.search", "tools.skills", "tools.web_fetch", "tools.web_search", "tools.write",
     "kernel.state", "kernel.gittree", "httpx", "httpcore", "anyio", "celery", "kombu", "redis", "billiard",
     "openai", "anthropic", "pygit2", "numpy", "jsonschema", "tantivy", "quickjs", "mcp", "lxml", "trafilatura",
-    "yaml", "tokenizers", "playwright", "difflib",
+    "yaml", "tokenizers", "playwright", "difflib", "msgspec", "kernel.projection.sample",
 )  # fmt: skip
 
 
