@@ -25,6 +25,7 @@ _CLOSE = frozenset(b"]}")
 _COMMA = 0x2C
 _STRING = 0x22
 MAX_TOKENS = 1 << 13  # structural characters and strings walked per scan, at most
+MAX_ESCAPE_RUN = 16  # backslashes counted before one quote, at most
 _FIRST_WINDOW = 4096
 _MAX_WINDOW = 1 << 22
 
@@ -59,10 +60,13 @@ def tail_start(data: bytes, end: int, count: int) -> int | None:
     window = _FIRST_WINDOW
     while True:
         low = max(0, end - window)
-        found = [m.start() for m in islice(_QUOTE.finditer(data, low, end), 2 * MAX_TOKENS + 1)]
-        if len(found) > 2 * MAX_TOKENS:
+        found = [m.start() for m in islice(_QUOTE.finditer(data, low, end), MAX_TOKENS + 1)]
+        if len(found) > MAX_TOKENS:
             return None
-        quotes = [pos for pos in found if not _escaped(data, pos)]
+        escapes = [_escaped(data, pos) for pos in found]
+        if None in escapes:  # a run of backslashes too long to count cheaply
+            return None
+        quotes = [pos for pos, escaped in zip(found, escapes, strict=True) if not escaped]
         # The document is valid and ``end`` lies outside any string: an odd number of unescaped quotes
         # after ``low`` means ``low`` is inside one, which the first of them closes.
         begin = quotes[0] + 1 if len(quotes) % 2 else low
@@ -90,9 +94,11 @@ def tail_start(data: bytes, end: int, count: int) -> int | None:
         window *= 8
 
 
-def _escaped(data: bytes, pos: int) -> bool:
-    """An odd run of backslashes right before ``pos``."""
+def _escaped(data: bytes, pos: int) -> bool | None:
+    """An odd run of backslashes right before ``pos``; ``None`` past ``MAX_ESCAPE_RUN`` of them."""
     run = 0
     while pos - run - 1 >= 0 and data[pos - run - 1] == 0x5C:
         run += 1
+        if run > MAX_ESCAPE_RUN:
+            return None
     return run % 2 == 1

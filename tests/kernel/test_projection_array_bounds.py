@@ -95,7 +95,7 @@ def test_r3_a_long_scan_gives_up_to_the_general_path() -> None:
 
 def test_r3_backward_scan_starts_inside_a_long_string() -> None:
     """The tail window opens in the middle of a string holding brackets, commas and escaped quotes."""
-    filler = '\\"],[{,' * 2000
+    filler = '\\"],[{,' * 500
     items = [{"s": filler, "i": i} for i in range(6)]
     data = json.dumps(items).encode()
     start = array_bounds.tail_start(data, len(data) - 1, 2)
@@ -103,3 +103,10 @@ def test_r3_backward_scan_starts_inside_a_long_string() -> None:
     assert json.loads(b"[" + data[start:]) == items[-2:]
     stop = array_bounds.head_end(data, 0, 3)
     assert stop is not None and json.loads(data[:stop] + b"]") == items[:3]
+
+
+def test_r3_long_backslash_runs_near_the_end_give_up_to_the_general_path() -> None:
+    items = [{"p": "\\" * 40 + '"' + "\\" * 40, "i": i} for i in range(40)]
+    data = json.dumps(items).encode()
+    assert array_bounds.tail_start(data, len(data) - 1, 3) is None
+    assert sample._raw_items(data, 3, 3) == general(data, 3, 3)
