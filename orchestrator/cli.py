@@ -6,7 +6,9 @@
     a3s-fleet run PROMPT [--model M] [--allow RULE]… [--deny RULE]… [--json] …  (orchestrator.cli_run)
     a3s-fleet artifact URI [--workspace DIR]
 
-``tool`` exits 0 when the result's ``exit_code`` is 0, else 1. ``--workspace`` defaults to the current
+``tool`` exits 0 when the result's ``exit_code`` is 0, else 1. ``tool read``/``tool ls`` with nothing
+configured (no ``A3S_*`` setting, model or MCP option; a directory workspace) run in a one-tool
+session (``orchestrator.cli_direct``): the same kernel and pipeline, a fraction of the start-up. ``--workspace`` defaults to the current
 directory and also accepts ``git:REPO@REV``. ``--mcp-config`` adds MCP servers (``orchestrator.cli_mcp``).
 
 Start-up is part of every call (issue 13 item 7: ``a3s-fleet --version`` within 2x ``python -c
