@@ -30,7 +30,8 @@ def direct_eligible(name: str, workspace: str, env: Mapping[str, str]) -> bool:
     workspace, and no ``A3S_*`` setting (broker, extra tools, MCP, model…) in the environment."""
     if name not in DIRECT_TOOLS or workspace.startswith("git:"):
         return False
-    return not any(key.startswith("A3S_") and key not in NEUTRAL_ENV for key in env)
+    # Settings reads A3S_* case-insensitively (pydantic-settings' default): so does this check.
+    return not any(key.upper().startswith("A3S_") and key.upper() not in NEUTRAL_ENV for key in env)
 
 
 def direct_call(name: str, args: dict[str, Any], workspace: str, options: Any) -> Any:
