@@ -21,8 +21,9 @@ from typing import Any
 
 # Read-only workspace tools a local directory always offers (REFERENCE §2: `read` → read, ls).
 DIRECT_TOOLS = {"read": "tools.read", "ls": "tools.ls"}
-# A3S_* variables that change nothing about a one-tool session (the CLI's own log level).
-NEUTRAL_ENV = frozenset({"A3S_FLEET_LOG_LEVEL"})
+# A3S_* variables that change nothing about a one-tool session: the CLI's own log level, and where
+# the retrieval embedder caches its model (tools.search.retrieval.minilm_onnx.CACHE_ENV).
+NEUTRAL_ENV = frozenset({"A3S_FLEET_LOG_LEVEL", "A3S_MODEL_CACHE"})
 
 
 def direct_eligible(name: str, workspace: str, env: Mapping[str, str]) -> bool:

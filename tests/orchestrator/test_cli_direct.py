@@ -101,7 +101,9 @@ def test_a_read_only_git_workspace_and_other_tools_take_the_full_path(workspace:
 def test_any_a3s_setting_in_any_case_takes_the_full_path() -> None:
     from orchestrator.cli_direct import direct_eligible
 
-    assert direct_eligible("read", ".", {"PATH": "/bin", "A3S_FLEET_LOG_LEVEL": "debug"})
+    assert direct_eligible(
+        "read", ".", {"PATH": "/bin", "A3S_FLEET_LOG_LEVEL": "debug", "A3S_MODEL_CACHE": "/c"}
+    )
     assert direct_eligible("ls", "/src/app", {})
     for env in ({"A3S_BROKER_URL": "redis://x"}, {"a3s_broker_url": "redis://x"}, {"A3S_EXTRA_TOOLS": ""}):
         assert not direct_eligible("read", ".", env)
