@@ -16,6 +16,22 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
+# A process signal (Ctrl-C) may be delivered to any thread; a main thread blocked in a lock wait is
+# only woken when the signal lands on it. Waiting in slices lets it run its handler within a slice.
+SIGNAL_POLL_S = 0.2
+
+
+def wait_result(fut: concurrent.futures.Future[T], timeout: float | None = None) -> T:
+    """``fut.result(timeout)``, interruptible by Ctrl-C on the main thread wherever the signal lands."""
+    if timeout is not None or threading.current_thread() is not threading.main_thread():
+        return fut.result(timeout=timeout)
+    while True:
+        try:
+            return fut.result(timeout=SIGNAL_POLL_S)
+        except concurrent.futures.TimeoutError:
+            if fut.done():  # finished meanwhile, or its own outcome is a TimeoutError
+                return fut.result()
+
 
 class LoopThread:
     def __init__(self, name: str = "a3s-fleet-loop") -> None:
@@ -50,7 +66,7 @@ class LoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        return self.submit(coro).result(timeout=timeout)
+        return wait_result(self.submit(coro), timeout)
 
     def call(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
         fut: concurrent.futures.Future[T] = concurrent.futures.Future()

@@ -23,7 +23,7 @@ from typing import Any
 
 from flows.agent import RunResult, run_agent
 from flows.agent.result import CANCELLED
-from flows.loop import LoopThread
+from flows.loop import SIGNAL_POLL_S, LoopThread, wait_result
 from flows.sessions import SessionCore
 from kernel.errors import Cancelled, error_from_kind
 from kernel.events import Event
@@ -44,6 +44,15 @@ def _closed_result(core: SessionCore) -> RunResult:
         model=core.model or "",
         message=err.message,
     )
+
+
+def _get_interruptibly(q: queue.SimpleQueue[Any]) -> Any:
+    """``q.get()`` in slices, so Ctrl-C reaches the waiting main thread (see ``flows.loop``)."""
+    while True:
+        try:
+            return q.get(timeout=SIGNAL_POLL_S)
+        except queue.Empty:
+            continue
 
 
 class AgentStream:
@@ -68,7 +77,7 @@ class AgentStream:
         return self
 
     def __next__(self) -> Event:
-        item = self._queue.get()
+        item = _get_interruptibly(self._queue)
         if item is _DONE:
             self._queue.put(_DONE)  # later calls stop too
             if self.result is None and self._future is not None:
@@ -193,7 +202,7 @@ class AgentRuns:
         kwargs = self._run_kwargs(prompt, model, max_steps, timeout_ms, system)
         fut = self._loop.submit(run_agent(self.core, cancel=self._cancel, stream=False, **kwargs))
         try:
-            return fut.result()
+            return wait_result(fut)
         except concurrent.futures.CancelledError:
             return _closed_result(self.core)
 

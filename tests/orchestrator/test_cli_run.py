@@ -8,6 +8,7 @@ wins over everything. The live view is checked on a real pseudo-terminal.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import pty
@@ -19,11 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.model_servers import ScriptedOpenAIServer
 
 BIN = [sys.executable, "-m", "orchestrator.cli"]
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "openai:scripted-model"
+SYS_TGKILL = 234  # x86_64
 
 
 def run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -203,13 +207,18 @@ def run_on_terminal(
     return screen.decode("utf-8", "replace"), code
 
 
-def test_k6_ctrl_c_cancels_the_run_and_its_running_call(workspace: Path) -> None:
-    """SIGINT while a model-chosen command runs: exit 130 with one line, the command is killed."""
+@pytest.mark.parametrize("as_json", [False, True], ids=["stream", "json"])
+@pytest.mark.parametrize("target", ["process", "other_thread"])
+def test_k6_ctrl_c_cancels_the_run_and_its_running_call(workspace: Path, as_json: bool, target: str) -> None:
+    """SIGINT while a model-chosen command runs: exit 130 with one line, the command is killed.
+    The kernel hands a process signal to any thread: delivered to one that is not the main thread
+    (which waits for the run), it must still stop the run at once, not when the next event comes."""
     turns = [{"text": "Waiting.", "tool_calls": [call("bash", command="sleep 37; touch late.txt")]}]
     with ScriptedOpenAIServer(turns) as srv:
         environ = {k: v for k, v in os.environ.items() if not k.startswith(("A3S_", "OPENAI_"))}
         environ.update(srv.env())
         args = [*BIN, "run", "go", "--model", MODEL, "--allow", "bash(sleep *)", "--allow", "bash(touch *)"]
+        args += ["--json"] if as_json else []
         proc = subprocess.Popen(
             args,
             cwd=workspace,
@@ -224,17 +233,29 @@ def test_k6_ctrl_c_cancels_the_run_and_its_running_call(workspace: Path) -> None
             while not sleeping() and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert sleeping(), "the command never started"
-            proc.send_signal(signal.SIGINT)
+            if target == "process":
+                proc.send_signal(signal.SIGINT)
+            else:
+                signal_other_thread(proc.pid, signal.SIGINT)
             _, err = proc.communicate(timeout=30)
         finally:
             if proc.poll() is None:
                 proc.kill()
-                proc.wait()
+            proc.communicate()  # closes the pipes even when the wait above timed out
     assert proc.returncode == 130 and err.strip().splitlines()[-1] == "error: interrupted", err
     deadline = time.monotonic() + 10
     while sleeping() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not sleeping() and not (workspace / "late.txt").exists()
+
+
+def signal_other_thread(pid: int, sig: int) -> None:
+    """Deliver ``sig`` to one thread of ``pid`` that is not its main thread (tgkill)."""
+    tids = [int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid]
+    assert tids, "the CLI runs no other thread"
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(SYS_TGKILL, pid, tids[0], sig) != 0:
+        raise OSError(ctypes.get_errno(), "tgkill")
 
 
 def sleeping() -> bool:
