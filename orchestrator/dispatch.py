@@ -68,7 +68,7 @@ OUTAGE_POLL_S = 0.25
 CANCEL_SETTLE_S = 2.0
 # A run's publishing thread may hand back after its results arrived (a loaded machine): closing the
 # run waits this long for it, so its bookkeeping never lands after the run's keys are deleted.
-FLUSH_SETTLE_S = 5.0
+FLUSH_SETTLE_S = 2.0  # inside the 5 s an Agent gives a runner's aclose()
 # No live worker for the queue when a run starts: look again for this long (a worker beats every
 # second; after a Redis restart it re-registers within one beat), then fail the run.
 NO_WORKER_GRACE_S = 3.0
