@@ -215,7 +215,9 @@ def test_k6_ctrl_c_cancels_the_run_and_its_running_call(workspace: Path, as_json
     (which waits for the run), it must still stop the run at once, not when the next event comes."""
     turns = [{"text": "Waiting.", "tool_calls": [call("bash", command="sleep 37; touch late.txt")]}]
     with ScriptedOpenAIServer(turns) as srv:
-        environ = {k: v for k, v in os.environ.items() if not k.startswith(("A3S_", "OPENAI_"))}
+        # A user's shell: nothing inherited from whatever ran earlier in this pytest process (its
+        # environment, or a SIGINT disposition or mask a library left behind).
+        environ = {k: v for k, v in os.environ.items() if k in HERMETIC_ENV}
         environ.update(srv.env())
         args = [*BIN, "run", "go", "--model", MODEL, "--allow", "bash(sleep *)", "--allow", "bash(touch *)"]
         args += ["--json"] if as_json else []
@@ -227,6 +229,7 @@ def test_k6_ctrl_c_cancels_the_run_and_its_running_call(workspace: Path, as_json
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=default_sigint,
         )
         try:
             deadline = time.monotonic() + 60
@@ -237,7 +240,10 @@ def test_k6_ctrl_c_cancels_the_run_and_its_running_call(workspace: Path, as_json
                 proc.send_signal(signal.SIGINT)
             else:
                 signal_other_thread(proc.pid, signal.SIGINT)
-            _, err = proc.communicate(timeout=30)
+            try:
+                _, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"no exit 30 s after SIGINT; {signal_state(proc.pid)}") from None
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -247,6 +253,21 @@ def test_k6_ctrl_c_cancels_the_run_and_its_running_call(workspace: Path, as_json
     while sleeping() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not sleeping() and not (workspace / "late.txt").exists()
+
+
+HERMETIC_ENV = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV"})
+
+
+def default_sigint() -> None:
+    """In the child before exec: SIGINT delivered and handled as in a terminal."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def signal_state(pid: int) -> str:
+    """The process's signal masks and thread count, for a failure message."""
+    with open(f"/proc/{pid}/status") as fh:
+        return " ".join(line.strip() for line in fh if line.startswith(("Sig", "Shd", "Threads")))
 
 
 def signal_other_thread(pid: int, sig: int) -> None:
