@@ -50,6 +50,7 @@ import msgspec
 
 from kernel.errors import Unsupported
 from kernel.workspace import INTERNAL_DIR, Workspace
+from tools.search.user_cache import user_cache_dir
 
 FTS_DIR = "fts"
 MANIFEST = "fts-manifest.msgpack"
@@ -126,11 +127,7 @@ class IndexLocation:
 
 
 def cache_root() -> Path:
-    explicit = os.environ.get(CACHE_ENV)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "a3s-fleet" / "index"
+    return user_cache_dir(CACHE_ENV, "index")
 
 
 def tree_id_of(ws: Any) -> str:

@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from tools.search.user_cache import user_cache_dir
+
 GRAPH_VERSION = 1  # bump when the graph below changes: the cached file's name changes with it
 CACHE_ENV = "A3S_MODEL_CACHE"
 OPSET = 18  # ReduceSum / ReduceL2 take axes as an input from 18 on
@@ -49,11 +51,7 @@ def installed() -> bool:
 
 
 def cache_dir() -> Path:
-    explicit = os.environ.get(CACHE_ENV)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "a3s-fleet" / "models"
+    return user_cache_dir(CACHE_ENV, "models")
 
 
 def graph_path(weights_file: Path, exact_gelu: bool) -> Path:
