@@ -6,8 +6,9 @@
     → confirmation → pre-hooks (rewrite ⇒ validate + gate again) → budget → slots + deadline
     → cancel scope → recursion guard → execute → post-hooks → sanitise → project (+ evidence)
 
-Only the policy stages (skill restriction, permission, confirmation) look at the origin; trusted
-host-direct calls and trusted built-in nesting skip them, nothing skips the pre-hooks. A stage
+Only the policy stages (skill restriction, permission, confirmation: ``kernel.gate``) look at the
+origin; trusted host-direct calls and trusted built-in nesting skip them, nothing skips the
+pre-hooks. Arguments are depth-checked and shown in events by ``kernel.call_args``. A stage
 stops the chain by raising a ``ToolError``; every outcome — success, denial, invalid arguments,
 unknown tool, timeout, cancellation — comes back as a projected ``ToolResult`` with evidence, and
 the lifecycle records exactly one terminal state. Nested calls re-enter here through the
@@ -29,15 +30,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, NoReturn, Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
 
 from kernel.artifacts import ArtifactStore
 from kernel.budget import Budget, BudgetTracker
+from kernel.call_args import MAX_ARGS_DEPTH, check_depth, depth_within, event_args
 from kernel.capabilities import ToolCapabilities
 from kernel.clock import Clock, IdFactory
 from kernel.context import CancelFlag, NestedInvoker, ToolContext
@@ -56,29 +56,23 @@ from kernel.errors import (
     error_from_exception,
 )
 from kernel.events import Event, EventSink
+from kernel.gate import PolicyGate
 from kernel.hooks import PostToolInput, PreToolInput, call_maybe_async, freeze, is_async_callable
+from kernel.invocation import CONTAINED, Invocation, RunOnLoop
 from kernel.lifecycle import Lifecycle, State
-from kernel.options import ACTIVE_SKILLS_KEY, SKILL_TOOL_NAMES, ConfirmationRequest, SessionOptions
-from kernel.origin import ControlPlane, Origin, event_label, is_governed
-from kernel.policy import Allow, Ask, Deny, PermissionPolicy
+from kernel.options import SessionOptions
+from kernel.origin import ControlPlane, Origin, event_label
+from kernel.policy import Deny, PermissionPolicy
 from kernel.redact import DefaultSecretRedactor, SecretRedactor
 from kernel.registry import Registry, ScopedRegistry
 from kernel.result import ToolResult
-from kernel.shell_commands import Subject, command_subjects_or_opaque
 from kernel.slots import Slots
 from kernel.spec import ToolSpec
 from kernel.workspace import Workspace
 
 RECURSION_GUARDED = frozenset({"batch", "program", "dynamic_workflow"})
-MAX_EVENT_ARGS_BYTES = 16 * 1024
-MAX_ARGS_DEPTH = 64  # JSON nesting of a call's arguments; deeper is invalid_argument before validation
-MAX_ARGS_CONTAINERS = 1_000_000
 
 log = logging.getLogger(__name__)
-# What a tool, hook or handler may raise that must still become a failed result (SPEC K-8): every
-# Exception, plus the two BaseExceptions a library raises on its own (argparse's SystemExit, a
-# handler's KeyboardInterrupt). CancelledError (and GeneratorExit) keep their meaning.
-CONTAINED = (Exception, SystemExit, KeyboardInterrupt)
 
 
 class ResultProjector(Protocol):
@@ -86,31 +80,6 @@ class ResultProjector(Protocol):
 
 
 ChangeCompactor = Callable[[dict[str, Any], ArtifactStore, str], dict[str, Any]]
-# How an inline call awaits something (a hook's awaitable): run it on the loop, block until done.
-RunOnLoop = Callable[[Awaitable[Any]], Any]
-
-
-@dataclass(slots=True)
-class Invocation:
-    """One call: who asked (origin), what, where it sits in the call tree, and its limits."""
-
-    name: str
-    args: Any
-    origin: Origin
-    plane: ControlPlane | None
-    call_id: str
-    scope: ScopedRegistry
-    parent_call_id: str | None = None
-    depth: int = 0
-    stack: tuple[str, ...] = ()
-    deadline: float | None = None
-    tags: dict[str, Any] | None = None  # extra tool_start data (the agent loop's model call id, step)
-    # Set for a call running on its synchronous caller's thread (``Kernel.invoke_host_inline``).
-    inline: RunOnLoop | None = None
-    governed: bool = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.governed = is_governed(self.origin, self.plane)
 
 
 class Kernel:
@@ -154,7 +123,14 @@ class Kernel:
         self._inline_flags: set[Any] = set()  # ctx.cancelled of the inline calls running now
         self._session_slots = Slots(options.max_concurrent_calls)
         self._tool_slots: dict[str, Slots] = {}
-        self._skill_policies: dict[tuple[str, ...], PermissionPolicy] = {}
+        self._gate = PolicyGate(
+            session_id=session_id,
+            options=options,
+            policy=self.policy,
+            workspace=workspace,
+            session_state=self.session_state,
+            emit=self._emit,
+        )
 
     # ---- public entry points (the only places an origin is chosen) ----------------------------
 
@@ -283,7 +259,7 @@ class Kernel:
             return inv.args
         except CONTAINED as exc:
             err = self._typed(inv, exc)
-            self._emit("tool_start", inv, label, {"args": _event_args(spec, args), "depth": 0})
+            self._emit("tool_start", inv, label, {"args": event_args(spec, args), "depth": 0})
             return self._release(
                 inv, spec, ToolResult.failure(name, err), Lifecycle(), _terminal_for(err), label, t0
             )
@@ -339,7 +315,7 @@ class Kernel:
 
     def capabilities_of(self, scope: ScopedRegistry, name: str, args: Any) -> ToolCapabilities | None:
         try:
-            if not _depth_within(args, MAX_ARGS_DEPTH):
+            if not depth_within(args, MAX_ARGS_DEPTH):
                 return None
             spec = scope.resolve(name)
             return spec.capabilities(spec.validate(args))
@@ -359,7 +335,7 @@ class Kernel:
             "parent_call_id": inv.parent_call_id,
             "started_ms": self.clock.now_ms(),
         }
-        shown = _event_args(self.registry.get(inv.name), inv.args)
+        shown = event_args(self.registry.get(inv.name), inv.args)
         start: dict[str, Any] = {"args": shown, "depth": inv.depth}
         if inv.tags:
             start.update(inv.tags)
@@ -368,10 +344,10 @@ class Kernel:
         try:
             spec = inv.scope.resolve(inv.name)
             lc.to(State.ADMITTED)
-            _check_depth(inv.args)
+            check_depth(inv.args)
             params = spec.validate(inv.args)  # K-4: before confirmation or any side effect
             lc.to(State.GATE_PENDING)
-            await self._gate(inv, spec, params, label)
+            await self._gate.check(inv, spec, params, label)
             params = await self._pre_hooks(inv, spec, params, label)
             self._charge_call(inv, label)
             result = await self._run(inv, spec, params, lc, label)
@@ -424,119 +400,6 @@ class Kernel:
             )
         return result
 
-    async def _gate(self, inv: Invocation, spec: ToolSpec, params: Any, label: str) -> None:
-        """Skill restriction → permission policy → confirmation (model-side origins only)."""
-        if not inv.governed:
-            return
-        allowed = self.options.skill_allowed_tools
-        if allowed is not None and inv.name not in allowed:
-            self._deny(
-                inv, label, "skill_restriction", f"Tool '{inv.name}' is not allowed by the active skill"
-            )
-        if self.options.enforce_skill_tool_restrictions and inv.name not in SKILL_TOOL_NAMES:
-            self._active_skill_gate(inv, spec, params, label)
-        subjects = self._subjects(spec, params) if self.policy.rules_for(inv.name) else None
-        read_only = self.policy.allow_read_only and spec.capabilities(params).read_only
-        decision = self.policy.decide(inv.name, subjects, read_only=read_only)
-        if isinstance(decision, Deny):
-            self._deny(inv, label, "permission_policy", f"Permission denied: {decision.reason}.")
-        needs_confirmation = isinstance(decision, Ask) or spec.requires_confirmation(params)
-        if isinstance(decision, Allow) and not needs_confirmation:
-            return
-        reason = decision.reason if isinstance(decision, Ask) else "the tool asks for confirmation"
-        await self._confirm(inv, label, reason)
-
-    def _active_skill_gate(self, inv: Invocation, spec: ToolSpec, params: Any, label: str) -> None:
-        """K-3 skill restriction (REFERENCE 4.16): while active skills list ``allowed-tools``, a call
-        must be allowed by at least one of them (rules matched like permission allow rules)."""
-        active = self.session_state.get(ACTIVE_SKILLS_KEY)
-        if not isinstance(active, list):
-            return
-        restricting = [
-            (str(s.get("name")), tuple(s["allowed_tools"]))
-            for s in active
-            if isinstance(s, dict) and isinstance(s.get("allowed_tools"), list) and s["allowed_tools"]
-        ]
-        if not restricting:
-            return
-        subjects: list[Subject] | None = None
-        for _name, rules in restricting:
-            policy = self._skill_policies.get(rules)
-            if policy is None:
-                policy = self._skill_policies[rules] = PermissionPolicy(allow=rules)
-            if not policy.rules_for(inv.name):
-                continue
-            if subjects is None:
-                subjects = self._subjects(spec, params)
-            if isinstance(policy.decide(inv.name, subjects), Allow):
-                return
-        names = ", ".join(name for name, _ in restricting)
-        self._deny(
-            inv,
-            label,
-            "skill_restriction",
-            f"Tool '{inv.name}' is not allowed by the active skill(s) {names} (their allowed-tools)",
-        )
-
-    def _subjects(self, spec: ToolSpec, params: Any) -> list[Subject] | None:
-        """What the rules are matched against (see ``ToolSpec.subject_kind`` and docs/kernel.md)."""
-        raw = spec.subject(params)
-        if raw is None:
-            return None
-        items = [raw] if isinstance(raw, str) else list(raw)
-        if spec.subject_kind == "command":
-            return [s for line in items for s in command_subjects_or_opaque(line)]
-        if spec.subject_kind == "path":
-            return [Subject.literal(form) for path in items for form in self._path_forms(path)]
-        return [Subject.literal(item) for item in items]
-
-    def _path_forms(self, path: str) -> list[str]:
-        """A path as written resolves (or is refused with the resolver's typed error): its lexical
-        workspace-relative form and the physical one symlinks lead to ('.' is the root)."""
-        ws = self.workspace
-        forms = [ws.normalize(path) or "."]
-        resolve = getattr(ws, "resolve", None)
-        root = ws.root
-        if callable(resolve) and root is not None:
-            real = resolve(path)
-            physical = "." if real == root else real.relative_to(root).as_posix()
-            if physical not in forms:
-                forms.append(physical)
-        return forms
-
-    async def _confirm(self, inv: Invocation, label: str, reason: str) -> None:
-        handler = self.options.confirmation
-        if handler is None:
-            self._deny(
-                inv,
-                label,
-                "missing_confirmation_manager",
-                f"Permission denied: Tool '{inv.name}' needs confirmation ({reason}) and no confirmation handler is configured.",
-            )
-        request = ConfirmationRequest(self.session_id, inv.call_id, inv.name, freeze(inv.args), label, reason)
-        self._emit("confirmation_request", inv, label, {"reason": reason})
-        timeout_s = self.options.confirmation_timeout_ms / 1000
-        try:
-            async with asyncio.timeout(timeout_s):
-                approved = await call_maybe_async(handler, request)
-        except TimeoutError:
-            raise ConfirmationRejected(
-                f"Confirmation for tool '{inv.name}' timed out after {self.options.confirmation_timeout_ms}ms; denied",
-                reason="timeout",
-            ) from None
-        except CONTAINED as exc:
-            log.error("confirmation handler failed for %s", inv.name, exc_info=exc)
-            raise ConfirmationRejected(
-                f"Confirmation for tool '{inv.name}' failed ({type(exc).__name__}); denied",
-                reason="handler_error",
-            ) from None
-        if approved is not True:
-            raise ConfirmationRejected(f"Tool '{inv.name}' was rejected by the user", reason="rejected")
-
-    def _deny(self, inv: Invocation, label: str, reason: str, message: str) -> NoReturn:
-        self._emit("permission_denied", inv, label, {"reason": reason, "message": message})
-        raise PermissionDenied(message, reason=reason)
-
     async def _pre_hooks(self, inv: Invocation, spec: ToolSpec, params: Any, label: str) -> Any:
         for hook in self.options.pre_tool_hooks:
             hook_input = PreToolInput(
@@ -557,7 +420,7 @@ class Kernel:
                 # turn a call into one the policy would have refused.
                 inv.args = outcome
                 params = spec.validate(outcome)
-                await self._gate(inv, spec, params, label)
+                await self._gate.check(inv, spec, params, label)
                 continue
             raise InvalidArgument(
                 f"pre-tool hook returned {type(outcome).__name__}; expected None, dict or Deny"
@@ -857,57 +720,3 @@ def _terminal_for(err: ToolError) -> State:
     if isinstance(err, Cancelled):
         return State.CANCELLED
     return State.FAILED
-
-
-def _depth_within(value: Any, limit: int) -> bool:
-    """True when JSON-like ``value`` nests at most ``limit`` containers deep (iterative: no recursion).
-
-    A cycle (only a host can build one) is too deep; more than ``MAX_ARGS_CONTAINERS`` containers
-    (shared ones counted each time) is refused the same way.
-    """
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    budget = MAX_ARGS_CONTAINERS
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, (list, tuple)):
-            children = item
-        else:
-            continue
-        budget -= 1
-        if depth >= limit or budget < 0:
-            return False
-        stack.extend((child, depth + 1) for child in children)
-    return True
-
-
-def _check_depth(args: Any) -> None:
-    if not _depth_within(args, MAX_ARGS_DEPTH):
-        raise InvalidArgument(
-            f"$: arguments are nested more than {MAX_ARGS_DEPTH} levels deep (or hold too many objects)"
-        )
-
-
-def _event_args(spec: ToolSpec | None, args: Any) -> Any:
-    """The arguments as events show them: the tool's ``event_args`` redaction, then bounded."""
-    if spec is not None and spec.event_args is not None:
-        try:
-            args = spec.event_args(args)
-        except Exception:  # a redaction that fails must not leak the original
-            args = {"redacted": True}
-    return _bounded_args(args)
-
-
-def _bounded_args(args: Any) -> Any:
-    if type(args) is dict and not args:
-        return args  # {}: nothing to bound (the common no-argument call skips a json.dumps)
-    if not _depth_within(args, MAX_ARGS_DEPTH):
-        return {"unserializable": True, "reason": "nested too deeply"}
-    try:
-        text = json.dumps(args, default=str)
-    except (TypeError, ValueError, RecursionError):
-        return {"unserializable": True}
-    if len(text) <= MAX_EVENT_ARGS_BYTES:
-        return args
-    return {"truncated": True, "bytes": len(text), "preview": text[:1024]}
