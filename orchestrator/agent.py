@@ -79,7 +79,7 @@ class Agent:
             from kernel.state import MemoryStateStore
 
             return MemoryStateStore()
-        from orchestrator.dispatch import fleet_state_store
+        from orchestrator.dispatch_fleet import fleet_state_store
 
         return fleet_state_store(self.settings)
 
@@ -91,7 +91,7 @@ class Agent:
     def fleet_app(self) -> Any:
         """The Celery app fan-outs are sent through (fleet mode only; built once, on first use)."""
         if self._fleet_app is None:
-            from orchestrator.dispatch import fleet_app
+            from orchestrator.dispatch_fleet import fleet_app
 
             self._fleet_app = fleet_app(self.settings)
         return self._fleet_app
@@ -137,7 +137,7 @@ class Agent:
         if self.settings.embedded:
             return []
         # Fleet: this process's events join the workers' in the session's Redis Stream (S-5).
-        from orchestrator.dispatch import fleet_session_sink
+        from orchestrator.dispatch_fleet import fleet_session_sink
 
         return [fleet_session_sink(self.settings, session_id)]
 

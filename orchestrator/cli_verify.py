@@ -129,7 +129,7 @@ def _run(plan: Any, broker: str | None, workspace: str, policy: str) -> Any:
         if "bash" not in session.tool_names():
             _fail(f"workspace {workspace} cannot run commands (no exec capability)")
         if not settings.embedded:
-            from orchestrator.dispatch import require_workers
+            from orchestrator.dispatch_presence import require_workers
 
             try:  # a fleet without workers says so now, in one line, instead of waiting
                 require_workers(settings)

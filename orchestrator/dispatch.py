@@ -42,11 +42,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import redis.asyncio as aioredis
-from redis import exceptions as rx
 
 from config.settings import Settings
 from kernel.errors import Cancelled, ToolError, Transport
 from kernel.result import ToolResult
+from orchestrator.dispatch_presence import (
+    CONNECTION_ERRORS,
+    NO_WORKER_GRACE_S,
+    NO_WORKER_POLL_S,
+    broker_text,
+    no_worker_error,
+)
 from orchestrator.fanout import Branch, BranchRunner, InProcessRunner
 from workers.protocol import (
     TOOL_TASK,
@@ -69,16 +75,11 @@ CANCEL_SETTLE_S = 2.0
 # A run's publishing thread may hand back after its results arrived (a loaded machine): closing the
 # run waits this long for it, so its bookkeeping never lands after the run's keys are deleted.
 FLUSH_SETTLE_S = 2.0  # inside the 5 s an Agent gives a runner's aclose()
-# No live worker for the queue when a run starts: look again for this long (a worker beats every
-# second; after a Redis restart it re-registers within one beat), then fail the run.
-NO_WORKER_GRACE_S = 3.0
-NO_WORKER_POLL_S = 0.25
 POLL_INTERVAL_S = 0.005
 DRAIN_BATCH = 64
 PUBLISH_BATCH_COMMANDS = 256  # per pipeline: a job is two commands (message + task-sent event)
 REDIS_SOCKET_TIMEOUT_S = 5.0  # above IDLE_CHECK_S: a blocking pop is never mistaken for a dead socket
 REDIS_CONNECT_TIMEOUT_S = 2.0
-CONNECTION_ERRORS = (rx.ConnectionError, rx.TimeoutError, OSError)
 STOP_ITEM = json.dumps({"stop": True})
 WaitMode = Literal["list", "poll"]
 
@@ -243,7 +244,7 @@ class CeleryRunner:
                 raise no_worker_error(self.settings)
         except CONNECTION_ERRORS as exc:
             raise Transport(
-                f"fleet: redis unreachable at {_broker_text(self.settings)}: {exc}", op="redis"
+                f"fleet: redis unreachable at {broker_text(self.settings)}: {exc}", op="redis"
             ) from exc
 
     async def _close_run(self, run: _Run) -> None:
@@ -491,7 +492,7 @@ class CeleryRunner:
                 run,
                 Transport(
                     f"fleet: no worker has consumed queue '{self.settings.queue}' on broker "
-                    f"{_broker_text(self.settings)} for {waited}s (queue_wait_s={self.settings.queue_wait_s}); "
+                    f"{broker_text(self.settings)} for {waited}s (queue_wait_s={self.settings.queue_wait_s}); "
                     f"{len(run.pending())} branches of run {run.run_id} never reported — start a worker "
                     "and retry them",
                     op="dispatch",
@@ -569,41 +570,6 @@ async def _settle(tasks: set[asyncio.Future[None]], grace_s: float) -> None:
 CeleryDispatcher = CeleryRunner
 
 
-def _broker_text(settings: Settings) -> str:
-    from workers.app import broker_url, redact_url
-
-    return redact_url(broker_url(settings))
-
-
-def no_worker_error(settings: Settings) -> Transport:
-    broker = _broker_text(settings)
-    return Transport(
-        f"fleet: no worker consumes queue '{settings.queue}' on broker {broker} "
-        f"(start one: a3s-fleet worker --broker {broker} --queues {settings.queue})",
-        op="dispatch",
-    )
-
-
-def require_workers(settings: Settings) -> None:
-    """Synchronous ``CeleryRunner.check_workers`` for a CLI: fail before a plan starts."""
-    from workers.presence import count_live_consumers
-    from workers.protocol import FleetKeys
-    from workers.runtime import state_url
-    from workers.state import make_client
-
-    client = make_client(state_url(settings))
-    try:
-        deadline = time.monotonic() + NO_WORKER_GRACE_S
-        while not count_live_consumers(client, FleetKeys(), settings.queue, settings.worker_lost_after_s):
-            if time.monotonic() >= deadline:
-                raise no_worker_error(settings)
-            time.sleep(NO_WORKER_POLL_S)
-    except CONNECTION_ERRORS as exc:
-        raise Transport(f"fleet: redis unreachable at {_broker_text(settings)}: {exc}", op="redis") from exc
-    finally:
-        client.close()
-
-
 def _failed_result(meta: dict[str, Any] | None) -> dict[str, Any] | None:
     """The ``ToolResult`` JSON a failed job carries in its FAILURE record (``workers.jobs.JobFailed``)."""
     if not meta or meta.get("status") != "FAILURE":
@@ -623,26 +589,3 @@ def _async_client(url: str) -> aioredis.Redis:
         socket_timeout=REDIS_SOCKET_TIMEOUT_S,
         socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
     )
-
-
-def fleet_app(settings: Settings) -> Any:
-    """The Celery app jobs are sent through (built from ``settings``; never the process default)."""
-    from workers.app import make_app
-
-    return make_app(settings)
-
-
-def fleet_session_sink(settings: Settings, session_id: str) -> Any:
-    """The sink that puts this process's events of ``session_id`` on the session's Redis Stream (S-5)."""
-    from orchestrator.event_stream import fleet_event_sink
-    from workers.runtime import state_url
-
-    return fleet_event_sink(state_url(settings), session_id)
-
-
-def fleet_state_store(settings: Settings) -> Any:
-    """The fleet's shared breakers, bulkheads and coalescing (Redis; connects on first use)."""
-    from workers.runtime import state_url
-    from workers.state import RedisStateStore
-
-    return RedisStateStore.from_url(state_url(settings))
