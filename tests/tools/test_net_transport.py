@@ -163,7 +163,7 @@ async def test_d3_names_are_pinned_to_the_verified_address_and_keep_their_host_h
 
 async def test_d3_the_transport_pool_uses_the_guarded_backend() -> None:
     http = NetRuntime().client(LOOP)
-    client = await http._client_for(parse_url("http://127.0.0.1/"))
+    client, _proxy = await http._client_for(parse_url("http://127.0.0.1/"))
     pool = client._transport._pool  # type: ignore[attr-defined]
     assert isinstance(pool._network_backend, GuardedBackend)
     await http.aclose()

@@ -38,7 +38,7 @@ from kernel.errors import InvalidArgument, RateLimited, ToolError, Transport
 from tools.download.pump import STATS, THREAD_PREFIX, Pump, run_pump
 from tools.download.staging import Staging
 from tools.download.writer import Writer
-from tools.net import Fetched, SafeHttp, SafeUrl, map_http_error, status_error
+from tools.net import Fetched, ProxyAuthFailed, SafeHttp, SafeUrl, map_http_error, status_error
 from tools.net.sockets import RawBody
 
 OP = "download"
@@ -155,6 +155,8 @@ class Transfer:
         for n in range(MAX_ATTEMPTS):
             try:
                 return await attempt()
+            except ProxyAuthFailed:  # a refusal, not a glitch: retrying cannot help
+                raise
             except (Transport, RateLimited) as exc:
                 if n + 1 >= MAX_ATTEMPTS:
                     raise
@@ -255,6 +257,8 @@ class Transfer:
                     self._check_declared(got)
                     await self._consume(got, position, None)
                     return
+            except ProxyAuthFailed:  # a refusal, not a glitch: retrying cannot help
+                raise
             except (Transport, RateLimited, UnsafeRange) as exc:
                 position = self.progress.done
                 if isinstance(exc, UnsafeRange):
@@ -383,6 +387,8 @@ class Transfer:
                         raise UnsafeRange(f"segment {a}-{end} declares {declared} bytes")
                     await self._consume(got, a, end - a + 1, written)
                     return
+            except ProxyAuthFailed:  # a refusal, not a glitch: retrying cannot help
+                raise
             except (Transport, RateLimited) as exc:
                 if n + 1 >= MAX_ATTEMPTS or (isinstance(exc, RateLimited) and not self._can_wait(exc)):
                     raise UnsafeRange(f"segment {a}-{end} failed: {exc}") from None

@@ -10,11 +10,16 @@ connect, not what we ask for. Unix sockets are refused.
 ``GuardedTransport`` is an ``httpx.AsyncHTTPTransport`` whose connection pool uses this backend
 (httpx has no public knob for the backend; ``tests/tools/test_net_transport.py`` pins that the pool
 we install is the one requests go through).
+
+``ProxiedTransport`` is httpx's proxy transport built the same way, on a ``ClosingBackend``: every
+stream it opened is closed with the pool (httpcore 1.0.9 leaves the socket of a failed SOCKS5
+handshake — e.g. refused credentials — open).
 """
 
 # ruff: noqa: ASYNC109  (the `timeout` parameters are httpcore's backend interface)
 from __future__ import annotations
 
+import contextlib
 import ssl
 import threading
 from collections.abc import Callable, Iterable
@@ -97,6 +102,80 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
             network_backend=backend,
         )
         self.backend = backend
+
+
+class ClosingBackend(httpcore.AsyncNetworkBackend):
+    """Delegates to ``inner`` and remembers each stream, so ``aclose_all`` can close any left open."""
+
+    def __init__(self, inner: httpcore.AsyncNetworkBackend | None = None) -> None:
+        self.inner = inner or httpcore.AnyIOBackend()
+        self.streams: list[httpcore.AsyncNetworkStream] = []
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        stream = await self.inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        self.streams.append(stream)
+        return stream
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("unix sockets are not reachable through the safe transport")
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
+
+    async def aclose_all(self) -> None:
+        streams, self.streams = self.streams, []
+        for stream in streams:
+            with contextlib.suppress(Exception):  # most were closed by their connection already
+                await stream.aclose()
+
+
+class ProxiedTransport(httpx.AsyncHTTPTransport):
+    """Requests through one proxy (http, https, socks5, socks5h) at ``host``, with ``auth`` if any."""
+
+    def __init__(
+        self,
+        proxy: httpx.Proxy,
+        *,
+        max_connections: int = 8,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        tls = tls or ssl_context()
+        super().__init__(verify=tls, trust_env=False)
+        self.backend = ClosingBackend()
+        url = httpcore.URL(
+            scheme=proxy.url.raw_scheme, host=proxy.url.raw_host, port=proxy.url.port, target=b"/"
+        )
+        common: dict[str, Any] = {
+            "proxy_auth": proxy.raw_auth,
+            "ssl_context": tls,
+            "max_connections": max_connections,
+            "max_keepalive_connections": max_connections,
+            "keepalive_expiry": 5.0,
+            "network_backend": self.backend,
+        }
+        if proxy.url.scheme in ("socks5", "socks5h"):
+            self._pool = httpcore.AsyncSOCKSProxy(proxy_url=url, **common)
+        else:
+            tunnel_tls = tls if proxy.url.scheme == "https" else None  # TLS to the proxy itself
+            self._pool = httpcore.AsyncHTTPProxy(proxy_url=url, proxy_ssl_context=tunnel_tls, **common)
+
+    async def aclose(self) -> None:
+        try:
+            await super().aclose()
+        finally:
+            await self.backend.aclose_all()
 
 
 class RefusingBackend(httpcore.AsyncNetworkBackend):

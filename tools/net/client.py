@@ -10,11 +10,13 @@ Invariants:
   closed; 303 (and 301/302 after a POST) become GET without a body. A hop to another origin
   (scheme, host or port) drops ``Authorization``, ``Proxy-Authorization``, ``Cookie`` and
   ``If-Range``; the per-call cookie jar only ever sends a cookie back to the domain that set it.
-- Proxies (http, https, socks5): a request-level proxy (``web_search``'s ``proxy``) or the environment's
-  ``HTTP(S)_PROXY``/``ALL_PROXY`` (honouring ``NO_PROXY``) — read once at the process edge into
-  ``ProxySettings``. Through a proxy the proxy resolves names, so only the literal checks apply
-  to the target. A proxy configured by the operator is trusted; one named in a request is resolved
-  through the guard and reached by its verified address.
+- Proxies (http, https, socks5; ``proxy.py``): a request-level proxy (``web_search``'s ``proxy``) or
+  the environment's ``HTTP(S)_PROXY``/``ALL_PROXY`` (honouring ``NO_PROXY``) — read once at the
+  process edge into ``ProxySettings``. Through a proxy the proxy resolves names, so only the literal
+  checks apply to the target. A proxy configured by the operator is trusted; one named in a request
+  is resolved through the guard and reached by its verified address. Either may carry
+  ``user:password@``: the credentials go with the proxy's handshake, and a proxy that refuses them
+  (407, SOCKS5 auth failure) is ``ProxyAuthFailed``, naming the proxy by its anchor only.
 - One ``SafeHttp`` per tool call; ``aclose`` closes its pools.
 """
 
@@ -25,16 +27,16 @@ import ssl
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.request import proxy_bypass_environment
 
 import httpcore
 import httpx
 
 from kernel.errors import InvalidArgument
 from tools.net.addresses import IPAddress
-from tools.net.backend import GuardedBackend, GuardedTransport, ssl_context
-from tools.net.errors import map_http_error
+from tools.net.backend import GuardedBackend, GuardedTransport, ProxiedTransport
+from tools.net.errors import ProxyAuthFailed, is_proxy_auth_failure, map_http_error, proxy_auth_failed
 from tools.net.guard import NetGuard
+from tools.net.proxy import ProxySettings, ProxyUrl, check_proxy_url, parse_proxy
 from tools.net.sockets import HeaderClaim, RawBody, SocketStream, exact_headers
 from tools.net.urls import SafeUrl, parse_url
 
@@ -43,56 +45,7 @@ REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 CROSS_ORIGIN_DROPPED = ("authorization", "proxy-authorization", "cookie", "if-range")
 BODY_HEADERS = ("content-type", "content-length", "content-encoding", "transfer-encoding")
 DEFAULT_USER_AGENT = "a3s-fleet/0.1 (+https://github.com/a3s-lab)"
-# socks5/socks5h go through httpcore's SOCKS proxy (socksio); both let the proxy resolve names.
-PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
-
-
-@dataclass(frozen=True)
-class ProxySettings:
-    """Proxies from the process environment (curl's conventions), read once at the edge."""
-
-    http: str | None = None
-    https: str | None = None
-    no_proxy: str = ""
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> ProxySettings:
-        def first(*names: str) -> str | None:
-            for name in names:
-                value = environ.get(name, "").strip()
-                if value:
-                    return value
-            return None
-
-        fallback = first("ALL_PROXY", "all_proxy")
-        return cls(
-            http=first("HTTP_PROXY", "http_proxy") or fallback,
-            https=first("HTTPS_PROXY", "https_proxy") or fallback,
-            no_proxy=first("NO_PROXY", "no_proxy") or "",
-        )
-
-    def for_url(self, url: SafeUrl) -> str | None:
-        proxy = self.https if url.scheme == "https" else self.http
-        if proxy is None:
-            return None
-        if self.no_proxy and proxy_bypass_environment(url.host, {"no": self.no_proxy}):
-            return None
-        return proxy
-
-
-def check_proxy_url(raw: str) -> httpx.URL:
-    """A proxy URL a request named: ``scheme://host:port`` (http, https, socks5 or socks5h) with a port."""
-    try:
-        url = httpx.URL(raw.strip())
-    except (httpx.InvalidURL, ValueError, TypeError) as exc:
-        raise InvalidArgument(f"invalid proxy url: {exc}") from None
-    if url.scheme not in PROXY_SCHEMES:
-        raise InvalidArgument(
-            f"proxy must be http://host:port, https://host:port or socks5://host:port, not {url.scheme}:"
-        )
-    if not url.host or url.port is None:
-        raise InvalidArgument("proxy must name a host and a port (http://host:port or socks5://host:port)")
-    return url
+PROXY_AUTH_REQUIRED = 407
 
 
 @dataclass
@@ -162,8 +115,9 @@ class SafeHttp:
         self.backend = GuardedBackend(guard, inner_backend, on_connect)
         self.max_connections = max_connections
         self._direct: httpx.AsyncClient | None = None
-        self._proxied: dict[str, httpx.AsyncClient] = {}
-        self._pinned_proxy: str | None = None
+        self._proxied: dict[str, httpx.AsyncClient] = {}  # by ProxyUrl.key (no secret in it)
+        self._env_proxies: dict[str, ProxyUrl] = {}
+        self._pinned_proxy_host: str | None = None
         self.requests = 0
 
     async def __aenter__(self) -> SafeHttp:
@@ -179,39 +133,52 @@ class SafeHttp:
             with contextlib.suppress(Exception):
                 await client.aclose()
 
-    async def _request_proxy(self) -> str:
+    async def _pinned_host(self, proxy: ProxyUrl) -> str:
         """A proxy the request named is untrusted: its host goes through the guard (resolved, every
         answer checked) and the proxy is then reached by the verified address."""
-        assert self.request_proxy is not None
-        if self._pinned_proxy is None:
-            proxy = self.request_proxy
+        if self._pinned_proxy_host is None:
             port = proxy.port or (443 if proxy.scheme == "https" else 80)
-            ip = (await self.guard.addresses(proxy.raw_host.decode("ascii"), port))[0]
-            host = f"[{ip}]" if ip.version == 6 else str(ip)
-            self._pinned_proxy = f"{proxy.scheme}://{host}:{port}"
-        return self._pinned_proxy
+            ip = (await self.guard.addresses(proxy.host, port))[0]
+            self._pinned_proxy_host = str(ip)
+        return self._pinned_proxy_host
 
-    async def _client_for(self, url: SafeUrl) -> httpx.AsyncClient:
-        proxy = await self._request_proxy() if self.request_proxy is not None else self.proxies.for_url(url)
+    def _proxy_for(self, url: SafeUrl) -> ProxyUrl | None:
+        if self.request_proxy is not None:
+            return self.request_proxy
+        raw = self.proxies.for_url(url)
+        if raw is None:
+            return None
+        proxy = self._env_proxies.get(raw)
+        if proxy is None:
+            proxy = self._env_proxies[raw] = parse_proxy(raw, source="environment")
+        return proxy
+
+    async def _client_for(self, url: SafeUrl) -> tuple[httpx.AsyncClient, ProxyUrl | None]:
+        proxy = self._proxy_for(url)
         if proxy is None:
             if self._direct is None:
                 transport = GuardedTransport(self.backend, max_connections=self.max_connections, tls=self.tls)
                 self._direct = httpx.AsyncClient(
                     transport=transport, timeout=self.timeout, headers=self.headers, trust_env=False
                 )
-            return self._direct
-        client = self._proxied.get(proxy)
+            return self._direct, None
+        client = self._proxied.get(proxy.key)
         if client is None:
-            client = httpx.AsyncClient(
-                proxy=proxy,
-                verify=self.tls or ssl_context(),
-                timeout=self.timeout,
-                headers=self.headers,
-                trust_env=False,
-                limits=httpx.Limits(max_connections=self.max_connections),
+            host = await self._pinned_host(proxy) if proxy.source == "request" else None
+            transport = ProxiedTransport(
+                proxy.to_httpx(host), max_connections=self.max_connections, tls=self.tls
             )
-            self._proxied[proxy] = client
-        return client
+            client = httpx.AsyncClient(
+                transport=transport, timeout=self.timeout, headers=self.headers, trust_env=False
+            )
+            self._proxied[proxy.key] = client
+        return client, proxy
+
+    @staticmethod
+    def _proxy_refused(op: str, proxy: ProxyUrl) -> ProxyAuthFailed:
+        return proxy_auth_failed(
+            op, proxy.anchor, had_credentials=proxy.credentials is not None, source=proxy.source
+        )
 
     def check(self, url: SafeUrl) -> None:
         """The literal checks for one hop (raises before any request)."""
@@ -243,7 +210,7 @@ class SafeHttp:
         used = redirects_used
         while True:
             self.check(current)
-            client = await self._client_for(current)
+            client, proxy = await self._client_for(current)
             claim: HeaderClaim | None = None
             try:
                 request = client.build_request(method, current.url, headers=send_headers, json=body)
@@ -254,7 +221,13 @@ class SafeHttp:
                 else:
                     response = await client.send(request, stream=True)
             except (httpx.HTTPError, httpx.StreamError, httpx.InvalidURL, httpcore.ConnectError) as exc:
+                if proxy is not None and is_proxy_auth_failure(exc):
+                    raise self._proxy_refused(op, proxy) from None
                 raise map_http_error(exc, op, current.anchor, str(current.url)) from None
+            if proxy is not None and response.status_code == PROXY_AUTH_REQUIRED:
+                # Only a proxy answers 407: a forwarded plain-http request it would not carry.
+                await response.aclose()
+                raise self._proxy_refused(op, proxy)
             location = response.headers.get("location")
             if not follow_redirects or response.status_code not in REDIRECT_STATUSES or not location:
                 break

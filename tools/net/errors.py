@@ -6,6 +6,11 @@ walks httpx's exception classes) — I/O failures and the client's own socket ti
 status alone, never by its body: 429 → ``rate_limited{retry_after_ms}`` (``Retry-After`` seconds or
 HTTP date), 408 and 5xx → ``transport{op}``, anything else an untyped failure naming the status.
 Messages name URLs only by their anchor, so query strings (signatures) never reach them.
+
+``ProxyAuthFailed`` (``transport{op, proxy:"authentication_failed"}``): a proxy refused our
+credentials or asked for some — HTTP 407 (on CONNECT or on a forwarded request) or a SOCKS5
+username/password refusal. It is not transient: nobody retries it, and a search engine's breaker
+does not count it (the engine was never reached). The message names the proxy by its anchor only.
 """
 
 from __future__ import annotations
@@ -55,6 +60,29 @@ def status_error(op: str, status: int, headers: httpx.Headers, anchor: str, now_
     if status == 408 or 500 <= status <= 599:
         return Transport(f"{op}: {anchor} answered {label}", op=op, status=status)
     return ToolError(f"{op}: {anchor} answered {label}", status=status)
+
+
+class ProxyAuthFailed(Transport):
+    """A proxy refused our credentials, or wanted some (see the module docstring)."""
+
+
+def proxy_auth_failed(op: str, anchor: str, *, had_credentials: bool, source: str) -> ProxyAuthFailed:
+    where = "the proxy URL" if source == "request" else "the proxy variable (HTTP(S)_PROXY/ALL_PROXY)"
+    if had_credentials:
+        why = f"refused the user name and password given in {where}"
+    else:
+        why = f"requires authentication: give user:password@ in {where}"
+    return ProxyAuthFailed(f"{op}: proxy {anchor} {why}", op=op, proxy="authentication_failed")
+
+
+def is_proxy_auth_failure(exc: BaseException) -> bool:
+    """An exception from the proxy handshake that means "authentication failed": an HTTP proxy's 407
+    to CONNECT, or a SOCKS5 proxy refusing (or requiring) username/password, or accepting none of
+    the methods offered (httpcore's messages)."""
+    if not isinstance(exc, (httpx.ProxyError, httpcore.ProxyError)):
+        return False
+    text = str(exc).upper()
+    return text.startswith("407") or "USERNAME/PASSWORD" in text or "NO ACCEPTABLE METHODS" in text
 
 
 def map_http_error(exc: BaseException, op: str, anchor: str, secret: str | None = None) -> ToolError:

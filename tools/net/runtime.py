@@ -20,9 +20,10 @@ import httpx
 from kernel.context import ToolContext
 from kernel.errors import InvalidArgument
 from tools.net.addresses import IPAddress
-from tools.net.client import DEFAULT_USER_AGENT, ProxySettings, SafeHttp
+from tools.net.client import DEFAULT_USER_AGENT, SafeHttp
 from tools.net.errors import map_http_error
 from tools.net.guard import NetAllow, NetGuard
+from tools.net.proxy import ProxySettings
 from tools.net.resolver import Resolver, SystemResolver
 from tools.net.urls import SafeUrl
 

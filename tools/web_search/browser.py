@@ -35,7 +35,7 @@ import tempfile
 from typing import Any
 
 from kernel.errors import ToolError, Transport, Unsupported
-from tools.net import SafeHttp, parse_url
+from tools.net import ProxyAuthFailed, SafeHttp, parse_url
 from tools.net.runtime import read_body
 
 CLOSE_BUDGET_S = 2.0
@@ -99,6 +99,7 @@ class BrowserPool:
         self.chromium_path = chromium_path
         self.dir: str | None = None
         self.launches = 0
+        self.proxy_refused: ProxyAuthFailed | None = None
         self._playwright: Any = None
         self._context: Any = None
         self._launch: asyncio.Future[Any] | None = None
@@ -171,6 +172,9 @@ class BrowserPool:
                     not in ("content-encoding", "content-length", "transfer-encoding", "connection")
                 }
                 await route.fulfill(status=got.response.status_code, headers=keep, body=body)
+        except ProxyAuthFailed as exc:  # render() reports it as it is: not a transient failure
+            self.proxy_refused = exc
+            await route.abort("addressunreachable")
         except ToolError:
             await route.abort("addressunreachable")
         except Exception:  # the page is going away (closed, cancelled): nothing to fulfil
@@ -190,6 +194,8 @@ class BrowserPool:
                         await page.wait_for_selector(wait_for, timeout=min(ms, 3000), state="attached")
                 html = await page.content()
             except Exception as exc:
+                if self.proxy_refused is not None:
+                    raise self.proxy_refused from None
                 if type(exc).__name__ == "TimeoutError":
                     raise TimeoutError(str(exc)) from None
                 raise Transport(

@@ -26,7 +26,7 @@ from kernel.state import BreakerState, CircuitBreakers, Outcome, Rejected
 from tools.net import SafeHttp
 from tools.web_search.browser import BrowserPool
 from tools.web_search.config import BROWSER_RETRY_BUDGET, SearchConfig
-from tools.web_search.engines import Engine, EngineOutcome, query_engine
+from tools.web_search.engines import PROXY_AUTHENTICATION, Engine, EngineOutcome, query_engine
 from tools.web_search.gate import Health, Requirements, evaluate, rank
 from tools.web_search.results import Hit, Row, merge
 
@@ -84,8 +84,9 @@ def _breaker_outcome(o: EngineOutcome) -> Outcome:
         return Outcome.success()
     if o.status == "empty":
         return Outcome.empty()
-    if o.failure_kind == "unavailable":
-        return Outcome.failure("invalid_query")  # configuration, not engine health: never counts
+    if o.failure_kind in ("unavailable", PROXY_AUTHENTICATION):
+        # configuration, or the caller's proxy: not the engine's health, so it never counts
+        return Outcome.failure("invalid_query")
     return Outcome.failure(o.failure_kind or "transport", o.retry_after_ms)
 
 

@@ -11,8 +11,9 @@ tiers, through the call's ``BrowserPool`` for the headless tier — and returns 
 ``EngineOutcome``: ``success`` with hits, ``empty``, or ``failure`` with a breaker failure kind
 typed from the status (429 → ``rate_limited`` with ``Retry-After``; 401 →
 ``provider_authentication``; 402 → ``provider_quota``; 403 → ``provider_permission``; 400/422 →
-``provider_invalid_request``; 408/5xx and I/O → ``transport``; the engine's budget → ``timeout``).
-A response body is never used to classify a failure.
+``provider_invalid_request``; 408/5xx and I/O → ``transport``; the engine's budget → ``timeout``;
+the request's proxy refusing its credentials → ``proxy_authentication``, neither transient nor
+counted by the engine's breaker). A response body is never used to classify a failure.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Literal
 from urllib.parse import quote_plus
 
 from kernel.errors import InvalidArgument, RateLimited, ToolError, Transport, Unsupported
-from tools.net import SafeHttp, parse_url, read_body, retry_after_ms
+from tools.net import ProxyAuthFailed, SafeHttp, parse_url, read_body, retry_after_ms
 from tools.web_search.browser import BrowserPool
 from tools.web_search.config import SearchConfig
 from tools.web_search.parsers import (
@@ -47,6 +48,7 @@ from tools.web_search.results import Hit, clean_url
 Tier = Literal["headless", "http", "api"]
 MAX_RESULT_PAGE_BYTES = 5 * 1024 * 1024
 ENGINE_SLACK_S = 0.1  # an engine gets its tier's budget minus this (REFERENCE 4.10)
+PROXY_AUTHENTICATION = "proxy_authentication"
 TRANSIENT_KINDS = frozenset({"transport", "timeout", "rate_limited", "provider_rate_limited"})
 EN = "en-US,en;q=0.8"
 ZH = "zh-CN,zh;q=0.9,en;q=0.5"
@@ -253,6 +255,8 @@ async def query_engine(
         outcome.failure_kind, outcome.message = "unavailable", exc.message
     except InvalidArgument as exc:  # the guard refused the engine's address: a configuration problem
         outcome.failure_kind, outcome.message = "provider_permission", exc.message
+    except ProxyAuthFailed as exc:  # the engine was never reached: not its health, not transient
+        outcome.failure_kind, outcome.message = PROXY_AUTHENTICATION, exc.message
     except Transport as exc:
         outcome.failure_kind, outcome.message = "transport", exc.message
     except ToolError as exc:

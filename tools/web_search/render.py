@@ -23,6 +23,7 @@ from typing import Any
 
 from tools.net import anchor_of
 from tools.web_search.cascade import CascadeReport, error_text
+from tools.web_search.engines import PROXY_AUTHENTICATION
 from tools.web_search.results import Row, cut_utf8
 
 MAX_JSON_BYTES = 100 * 1024 - 4 * 1024
@@ -137,6 +138,8 @@ def failure_kind(report: CascadeReport, duration_ms: int) -> dict[str, Any]:
         return {"type": "rate_limited", "retry_after_ms": min(waits) if waits else None}
     if nothing and failures and all(o.failure_kind == "timeout" for o in failures):
         return {"type": "timeout", "op": "web_search", "duration_ms": duration_ms}
+    if nothing and failures and all(o.failure_kind == PROXY_AUTHENTICATION for o in failures):
+        return {"type": "transport", "op": "web_search", "proxy": "authentication_failed"}
     return {
         "type": "retrieval_requirements_not_met",
         "retrieval_health": report.health.to_json(),

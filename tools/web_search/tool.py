@@ -5,7 +5,8 @@ Invariants:
 - Parameters: ``query`` (non-blank; URLs in it are reduced to their anchors so no query string or
   credential is sent to an engine), ``engines`` (a list or a comma string; explicit engines run
   only their tiers), ``limit`` (1–50, default 10), ``timeout`` (1–60 s, default the configured 10),
-  ``proxy`` (``http(s)://`` or ``socks5://host:port``; its host must pass the SSRF guard), ``format`` (``text`` |
+  ``proxy`` (``http(s)://`` or ``socks5://[user:password@]host:port``; its host must pass the SSRF
+  guard; its credentials are masked in events and digested in the coalescing key), ``format`` (``text`` |
   ``json``), ``full_text_bytes`` (512–32768, JSON only). An unknown key is refused, with a hint for
   ``engine`` → ``engines``.
 - Concurrency (W-4): identical concurrent searches are coalesced through the shared state store
@@ -38,8 +39,8 @@ from kernel.errors import InvalidArgument, Timeout
 from kernel.result import ToolResult
 from kernel.spec import ToolSpec
 from kernel.state import BreakerScope, MemoryStateStore, StateStore
-from tools.net import SafeHttp, anchor_of, parse_url, read_body, safe_http
-from tools.net.client import check_proxy_url
+from tools.net import SafeHttp, anchor_of, parse_url, read_body, redact_proxy_arg, safe_http
+from tools.net.proxy import check_proxy_url
 from tools.web_search import render
 from tools.web_search.browser import CLOSE_BUDGET_S
 from tools.web_search.cascade import Cascade, CascadeReport
@@ -71,7 +72,7 @@ class Params(BaseModel):
     proxy: str | None = Field(
         default=None,
         max_length=2048,
-        description="Proxy for this search: http://, https:// or socks5://host:port.",
+        description="Proxy for this search: http://, https:// or socks5://[user:password@]host:port.",
     )
     format: Literal["text", "json"] = Field(default="text", description="text (default) or json.")
     full_text_bytes: int | None = Field(
@@ -164,7 +165,9 @@ def _flight_key(
     query: str, engines: list[Engine], params: Params, timeout: float, config: SearchConfig
 ) -> str:
     proxy_url = None if params.proxy is None else check_proxy_url(params.proxy)
-    proxy = None if proxy_url is None else f"{proxy_url.scheme}://{proxy_url.host}:{proxy_url.port}"
+    # The proxy's anchor and a digest of its credentials (never the credentials): searches through
+    # the same proxy under different users' credentials do not share a flight.
+    proxy = None if proxy_url is None else [proxy_url.anchor, proxy_url.credential_digest]
     shape = [
         query,
         [e.name for e in engines],
@@ -318,4 +321,5 @@ TOOL = ToolSpec(
     trust="external",
     examples=({"query": "rust ownership borrowing rules", "limit": 5},),
     builtin=True,
+    event_args=redact_proxy_arg,
 )
