@@ -104,7 +104,9 @@ async def test_d3_an_http_proxy_gets_basic_credentials_on_a_forwarded_request(se
         assert [h.headers.get("proxy-authorization") for h in server.hits("/p")] == [None]  # not passed on
         anchor = f"http://proxy.example.com:{proxy.port}"
         with pytest.raises(ProxyAuthFailed) as wrong:
-            await get(runtime, "http://far.example.com/p", proxy.url("sea%40rch:nope", host="proxy.example.com"))
+            await get(
+                runtime, "http://far.example.com/p", proxy.url("sea%40rch:nope", host="proxy.example.com")
+            )
         assert_refusal(wrong.value, anchor, had_credentials=True)
         with pytest.raises(ProxyAuthFailed) as missing:
             await get(runtime, "http://far.example.com/p", proxy.url(host="proxy.example.com"))
@@ -144,12 +146,18 @@ async def test_d3_an_environment_proxy_with_credentials_is_used(server: Loopback
     proxy = HttpProxy(("127.0.0.1", server.port), credentials=(USER, PASSWORD))
     try:
         good = NetRuntime(proxies=ProxySettings.from_env({"HTTP_PROXY": proxy.url(USERINFO)}))
-        async with good.client(NetAllow()) as http, http.open(parse_url("http://far.example.com/p"), op="t") as got:
+        async with (
+            good.client(NetAllow()) as http,
+            http.open(parse_url("http://far.example.com/p"), op="t") as got,
+        ):
             assert await read_body(got.response, 100, "t", got.url) == b"through the proxy"
         assert proxy.requests == [("GET", "http://far.example.com/p", BASIC)]
         bad = NetRuntime(proxies=ProxySettings.from_env({"ALL_PROXY": proxy.url("sea%40rch:wrong")}))
         with pytest.raises(ProxyAuthFailed) as info:
-            async with bad.client(NetAllow()) as http, http.open(parse_url("http://far.example.com/p"), op="t"):
+            async with (
+                bad.client(NetAllow()) as http,
+                http.open(parse_url("http://far.example.com/p"), op="t"),
+            ):
                 pass
         assert_refusal(info.value, f"http://127.0.0.1:{proxy.port}", had_credentials=True)
         assert "HTTP(S)_PROXY/ALL_PROXY" in info.value.message
@@ -169,7 +177,9 @@ async def test_d3_a_socks5_proxy_gets_username_and_password(server: LoopbackServ
         assert socks.connects == [("far.example.com", 80)]
         anchor = f"{scheme}://proxy.example.com:{socks.port}"
         with pytest.raises(ProxyAuthFailed) as wrong:
-            await get(runtime, "http://far.example.com/p", socks.url("proxy.example.com", scheme, "sea:wrong"))
+            await get(
+                runtime, "http://far.example.com/p", socks.url("proxy.example.com", scheme, "sea:wrong")
+            )
         assert_refusal(wrong.value, anchor, had_credentials=True)
         with pytest.raises(ProxyAuthFailed) as missing:
             await get(runtime, "http://far.example.com/p", socks.url("proxy.example.com", scheme))

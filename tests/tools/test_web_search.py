@@ -565,3 +565,73 @@ def test_w4_a_socks5_proxy_carries_the_engine_requests(agent, tmp_path, server) 
         assert "SSRF guard" in res.metadata["engine_errors"][0]["message"]
     finally:
         socks.close()
+
+
+def test_w4_proxy_credentials_carry_the_search_and_are_never_shown(agent, tmp_path, server, caplog) -> None:
+    """REFERENCE 4.10 ``proxy`` with ``user:password@`` (percent-encoded): a SOCKS5 proxy (RFC 1929)
+    and an HTTP proxy (Basic) that require them carry the search; wrong or missing credentials are
+    ``transport{proxy:"authentication_failed"}`` with a clear message, do not count against the
+    engine's breaker, and the secret is in no result, metadata, event or log line."""
+    import logging
+
+    from tests.tools.httpproxy import HttpProxy
+
+    caplog.set_level(logging.DEBUG)
+    server.route("/ddg", static(200, P.ddg_page(P.RESULTS), content_type=HTML))
+    cfg = config_for(server, ddg="http://engine.example.com/ddg?q={query}")
+    creds = ("searcher", "s3cr:t pw")
+    socks = Socks5Server(("127.0.0.1", server.port), credentials=creds)
+    proxy = HttpProxy(("127.0.0.1", server.port), credentials=creds)
+    userinfo = "searcher:s3cr%3At%20pw"
+    try:
+        s = session(agent, tmp_path, server, config=cfg)
+        args = {"query": P.QUERY, "engines": ["ddg"]}
+        results = []
+        for bad in (socks.url(userinfo="searcher:WRONGPW"), proxy.url("searcher:WRONGPW"), proxy.url()):
+            res = s.tool("web_search", {**args, "proxy": bad})
+            assert res.error_kind == {
+                "type": "transport",
+                "op": "web_search",
+                "proxy": "authentication_failed",
+            }
+            assert res.metadata["engine_outcomes"][0]["kind"] == "proxy_authentication"
+            assert (
+                "refused the user name and password" in res.output or "requires authentication" in res.output
+            )
+            results.append(res)
+        assert server.hits("/ddg") == []
+        # Three refusals in a row did not open ddg's breaker: the right credentials go through.
+        for good in (socks.url(userinfo=userinfo), proxy.url(userinfo)):
+            res = s.tool("web_search", {**args, "proxy": good})
+            assert res.exit_code == 0, res.output
+            results.append(res)
+        assert socks.auth_attempts == [("searcher", "WRONGPW"), creds]
+        assert [r[2] is not None for r in proxy.requests] == [True, False, True]
+        assert len(server.hits("/ddg")) == 2
+        starts = [e for e in s.events() if e.type == "tool_start"]
+        assert starts[0].data["args"]["proxy"] == f"socks5://***@127.0.0.1:{socks.port}"
+        shown = json.dumps([r.to_json() for r in results] + [e.to_json() for e in s.events()])
+        for secret in ("s3cr", "WRONGPW", "searcher"):
+            assert secret not in shown and secret not in caplog.text
+    finally:
+        socks.close()
+        proxy.close()
+
+
+def test_w4_searches_through_one_proxy_with_different_credentials_do_not_share_a_flight() -> None:
+    from tools.web_search.tool import Params, _flight_key
+
+    cfg = SearchConfig()
+    engines = [resolve_engine("ddg")]
+
+    def key(proxy: str | None) -> str:
+        return _flight_key("q", engines, Params(query="q", proxy=proxy), 10.0, cfg)
+
+    alice = key("socks5://alice:pw1@proxy.example.com:1080")
+    assert alice == key("socks5://alice:pw1@proxy.example.com:1080")
+    others = {
+        key("socks5://bob:pw2@proxy.example.com:1080"),
+        key("socks5://alice:pw2@proxy.example.com:1080"),
+        key("socks5://proxy.example.com:1080"),
+    }
+    assert alice not in others and len(others) == 3

@@ -9,12 +9,15 @@
   targets) and on forwarded plain-http requests; SOCKS5 negotiates username/password (RFC 1929).
 - The secret is shown nowhere: messages name a proxy by ``anchor`` (``scheme://host:port``), a
   coalesced flight is keyed by ``credential_digest``, and ``redact_proxy`` masks the userinfo of a
-  ``proxy`` argument in events. Parse errors never echo the URL.
+  ``proxy`` argument in events. Parse errors never echo the URL. httpcore's DEBUG trace prints the
+  SOCKS5 handshake's arguments, credentials included: a filter on its ``httpcore.socks`` logger
+  masks them (installed when this module is imported, i.e. before any proxy is used).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -28,6 +31,21 @@ from tools.net.urls import SafeUrl
 PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")  # socks5/socks5h: the proxy resolves names
 MAX_CREDENTIAL_BYTES = 255  # RFC 1929: ULEN and PLEN are one byte
 ProxySource = Literal["request", "environment"]
+
+
+class _MaskSocksAuth(logging.Filter):
+    """``setup_socks5_connection.started … auth=(b'user', b'password')``: ``auth`` is the last
+    argument httpcore prints, so everything after it goes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        cut = text.find(" auth=")
+        if cut >= 0 and not text.endswith(" auth=None"):
+            record.msg, record.args = text[:cut] + " auth=***", None
+        return True
+
+
+logging.getLogger("httpcore.socks").addFilter(_MaskSocksAuth())
 
 
 @dataclass(frozen=True)
