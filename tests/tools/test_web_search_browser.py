@@ -189,3 +189,31 @@ def test_w4_a_socks5_proxy_reaches_the_browser_tier(agent, tmp_path, server, sco
     finally:
         socks.close()
     assert wait_gone(scope) == []
+
+
+def test_w4_a_run_and_its_delegated_child_share_the_browser_retry_budget(
+    agent, tmp_path, server, scope
+) -> None:
+    """W-4: a headless engine that fails transiently is retried once, 4 times per *run*: the parent
+    spends 3 and its delegated child (``<parent>.<task_id>``) only gets the last one."""
+
+    def drop(h) -> None:  # the page's server hangs up without an answer: a transport failure
+        h.close_connection = True
+
+    for engine in ("google", "baidu", "bing_browser"):
+        server.route(f"/{engine}", drop)
+    parent = session(agent, tmp_path, server, session_id="rb")
+    res = parent.tool(
+        "web_search", {"query": P.QUERY, "engines": ["google", "baidu", "bing_browser"], "timeout": 60}
+    )
+    assert res.exit_code == 1 and res.metadata["browser_retries"] == {
+        "taken": 3,
+        "run_used": 3,
+        "run_limit": 4,
+    }
+    child = session(agent, tmp_path, server, session_id="rb.task-1")
+    res = child.tool("web_search", {"query": P.QUERY, "engines": ["google", "baidu"], "timeout": 60})
+    assert res.metadata["browser_retries"] == {"taken": 1, "run_used": 4, "run_limit": 4}
+    assert {o["kind"] for o in res.metadata["engine_outcomes"]} == {"transport"}
+    assert len(server.hits()) == 3 * 2 + 2 + 1  # each page asked for once, plus one per retry
+    assert wait_gone(scope) == []

@@ -100,7 +100,8 @@ def parse_proxy(raw: str, *, source: ProxySource = "request") -> ProxyUrl:
         raise InvalidArgument(f"invalid {where} url: expected scheme://[user:password@]host:port") from None
     if url.scheme not in PROXY_SCHEMES:
         raise InvalidArgument(
-            f"{where} must be http://, https://, socks5:// or socks5h://host:port, not {url.scheme[:16]}:"
+            f"{where} must be http://host:port, https://host:port or socks5://host:port (socks5h too), "
+            f"not {url.scheme[:16]}:"
         )
     if not url.host or (source == "request" and url.port is None):
         raise InvalidArgument(f"{where} must name a host and a port (http://host:port or socks5://host:port)")

@@ -11,7 +11,8 @@
   never count). ``Retry-After`` sets the open time.
 - The headless tier's ``BrowserPool`` is created with the cascade and launched only if a headless
   engine actually runs; ``aclose`` runs in ``finally`` (cancel and timeout included). A headless
-  engine that fails transiently is retried once while the session's browser retry budget lasts.
+  engine that fails transiently is retried once while the run's browser retry budget lasts
+  (``retries.py``: shared with delegated children through the state store).
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ from typing import Any
 from kernel.state import BreakerState, CircuitBreakers, Outcome, Rejected
 from tools.net import SafeHttp
 from tools.web_search.browser import BrowserPool
-from tools.web_search.config import BROWSER_RETRY_BUDGET, SearchConfig
+from tools.web_search.config import SearchConfig
 from tools.web_search.engines import PROXY_AUTHENTICATION, Engine, EngineOutcome, query_engine
 from tools.web_search.gate import Health, Requirements, evaluate, rank
 from tools.web_search.results import Hit, Row, merge
+from tools.web_search.retries import BrowserRetries
 
-RETRY_BUDGET_KEY = "web_search.browser_retries"
 MAX_ERROR_BYTES = 512
 
 
@@ -43,6 +44,7 @@ class CascadeReport:
     tiers: list[dict[str, Any]] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
     browser_launches: int = 0
+    browser_retries: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failures(self) -> list[EngineOutcome]:
@@ -100,7 +102,7 @@ class Cascade:
         query: str,
         limit: int,
         tiers: list[tuple[str, list[Engine]]],
-        session_state: dict[str, Any],
+        retries: BrowserRetries,
         now_ms: Callable[[], int],
         monotonic: Callable[[], float],
         deadline: float,
@@ -111,7 +113,7 @@ class Cascade:
         self.query = query
         self.limit = limit
         self.tiers = tiers
-        self.session_state = session_state
+        self.retries = retries
         self.now_ms = now_ms
         self.monotonic = monotonic
         self.deadline = deadline
@@ -146,6 +148,7 @@ class Cascade:
                     break
         finally:
             report.browser_launches = self.browser.launches
+            report.browser_retries = self.retries.report()
             await self.browser.aclose()
         return report
 
@@ -160,9 +163,9 @@ class Cascade:
                 retry_after_ms=permit.retry_after_ms,
             )
         outcome = await self._query(engine, budget)
-        if engine.tier == "headless" and outcome.transient and self._take_browser_retry():
+        if engine.tier == "headless" and outcome.transient:
             left = self.deadline - self.monotonic()
-            if left > 1.0:
+            if left > 1.0 and self.retries.take():  # a retry is spent only when there is time for it
                 outcome = await self._query(engine, min(budget, left))
         self.breakers.record(permit, _breaker_outcome(outcome))
         return outcome
@@ -179,13 +182,6 @@ class Cascade:
             now_ms=self.now_ms(),
             monotonic=self.monotonic,
         )
-
-    def _take_browser_retry(self) -> bool:
-        used = int(self.session_state.get(RETRY_BUDGET_KEY, 0))
-        if used >= BROWSER_RETRY_BUDGET:
-            return False
-        self.session_state[RETRY_BUDGET_KEY] = used + 1
-        return True
 
 
 def breaker_states(breakers: CircuitBreakers, engines: list[Engine]) -> dict[str, BreakerState]:

@@ -43,7 +43,6 @@ DEFAULT_CASCADE = ("headless", "http", "api")
 TIERS = frozenset(DEFAULT_CASCADE)
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_CONCURRENT = 4
-BROWSER_RETRY_BUDGET = 4  # headless retries per session (W-4: bounded browser retries)
 
 
 def parse_engine_urls(text: str) -> dict[str, str]:

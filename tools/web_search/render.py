@@ -92,6 +92,7 @@ def metadata(
         "returned_result_count": returned,
         "output_limited": output_limited,
         "browser_launched": report.browser_launches > 0,
+        "browser_retries": report.browser_retries,
     }
     if len(tiers_run) > 1:
         meta["engine_fallback"] = "structurally_gated_tiers"

@@ -46,6 +46,7 @@ from tools.web_search.browser import CLOSE_BUDGET_S
 from tools.web_search.cascade import Cascade, CascadeReport
 from tools.web_search.config import SearchConfig, config_of
 from tools.web_search.engines import Engine, automatic_engines, resolve_engine
+from tools.web_search.retries import BrowserRetries
 
 NAME = "web_search"
 MAX_LIMIT = 50
@@ -233,7 +234,7 @@ async def _search(
                 query=query,
                 limit=params.limit,
                 tiers=tiers_of(engines, config),
-                session_state=ctx.session_state,
+                retries=BrowserRetries(store.bulkheads(), run_of(ctx.session_id or "default")),
                 now_ms=ctx.clock.now_ms,
                 monotonic=ctx.clock.monotonic,
                 deadline=deadline,
