@@ -12,12 +12,15 @@ never reached their effect on A, are redelivered to B and run there; the finishe
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from orchestrator import Agent
+from workers.presence import UNACKED_KEY
 
 from .conftest import FleetEnv, WorkerFactory
 
@@ -35,6 +38,16 @@ def _command(cid: str, blocking: bool) -> dict[str, object]:
         "command": f"echo {cid} >> starts.txt; {wait}echo {cid} >> ledger.txt",
         "timeout_ms": 120_000,
     }
+
+
+def _unacked_for(env: FleetEnv) -> int:
+    """Messages of ``env``'s queue delivered and not yet acknowledged (kombu's Redis ``unacked`` hash
+    holds ``[message, exchange, routing_key]`` per delivery tag)."""
+    client = redis.Redis.from_url(env.url)
+    try:
+        return sum(1 for raw in client.hvals(UNACKED_KEY) if json.loads(raw)[2] == env.queue)
+    finally:
+        client.close()
 
 
 def _lines(path: Path) -> list[str]:
@@ -57,7 +70,13 @@ def test_f3_worker_sigkilled_mid_verify_is_detected_and_its_commands_redelivered
         while not (set(_lines(starts)) == {"quick", *BLOCKED} and "quick" in _lines(tmp_path / "ledger.txt")):
             assert time.monotonic() < deadline, f"the victim never ran every command: {_lines(starts)}"
             time.sleep(0.05)
-        time.sleep(0.5)  # the quick command's job is acknowledged
+        # Kill only once the quick command's job is acknowledged (a sleep was not enough under load:
+        # an unacknowledged finished job is redelivered, by design, and its effect happens twice).
+        while _unacked_for(env) != len(BLOCKED):
+            assert time.monotonic() < deadline, (
+                f"the quick job was never acknowledged: {_unacked_for(env)} held"
+            )
+            time.sleep(0.05)
         spawn_worker(env, "survivor", pool="threads", concurrency=4)
         victim.kill()  # SIGKILL to the main process and its pool: its three jobs stay unacknowledged
         killed_at = time.monotonic()
