@@ -310,21 +310,28 @@ def test_w3_run_scope_breakers_are_shared_by_a_run_and_its_delegated_children(
     assert len(server.hits("/ddg")) == 4
 
 
+class PeakCounter:
+    """A route handler that answers ``page`` after 0.2 s and records the peak of requests in flight."""
+
+    def __init__(self, page: bytes) -> None:
+        self.page = page
+        self.peak = 0
+        self._now = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, h) -> None:
+        with self._lock:
+            self._now += 1
+            self.peak = max(self.peak, self._now)
+        time.sleep(0.2)
+        with self._lock:
+            self._now -= 1
+        send(h, 200, self.page, content_type=HTML)
+
+
 def test_w4_delegated_children_share_the_run_search_bulkhead(agent, tmp_path, server) -> None:
     """W-4: the bulkhead bounds a run's searches together, the parent's and its children's."""
-    lock = threading.Lock()
-    state = {"now": 0, "max": 0}
-    page = P.ddg_page(P.RESULTS).encode()
-
-    def counted(h):
-        with lock:
-            state["now"] += 1
-            state["max"] = max(state["max"], state["now"])
-        time.sleep(0.2)
-        with lock:
-            state["now"] -= 1
-        send(h, 200, page, content_type=HTML)
-
+    counted = PeakCounter(P.ddg_page(P.RESULTS).encode())
     server.route("/ddg", counted)
     cfg = replace(config_for(server), max_concurrent=1)
     sessions = [session(agent, tmp_path, server, session_id=sid, config=cfg) for sid in ("r", "r.t1", "r.t2")]
@@ -333,7 +340,7 @@ def test_w4_delegated_children_share_the_run_search_bulkhead(agent, tmp_path, se
         for i, s in enumerate(sessions)
     ]
     assert all(f.result(60).exit_code == 0 for f in futures)  # type: ignore[attr-defined]
-    assert len(server.hits("/ddg")) == 3 and state["max"] == 1
+    assert len(server.hits("/ddg")) == 3 and counted.peak == 1
 
 
 def test_w3_health_settings_override_the_breaker_thresholds_and_open_time(agent, tmp_path, server) -> None:
@@ -430,19 +437,7 @@ def test_w4_identical_concurrent_searches_are_coalesced(agent, tmp_path, server)
 
 
 def test_w4_the_search_bulkhead_bounds_concurrent_searches(agent, tmp_path, server) -> None:
-    lock = threading.Lock()
-    state = {"now": 0, "max": 0}
-    page = P.ddg_page(P.RESULTS).encode()
-
-    def counted(h):
-        with lock:
-            state["now"] += 1
-            state["max"] = max(state["max"], state["now"])
-        time.sleep(0.2)
-        with lock:
-            state["now"] -= 1
-        send(h, 200, page, content_type=HTML)
-
+    counted = PeakCounter(P.ddg_page(P.RESULTS).encode())
     server.route("/ddg", counted)
     cfg = replace(config_for(server), max_concurrent=1)
     s = session(agent, tmp_path, server, config=cfg)
@@ -451,7 +446,7 @@ def test_w4_the_search_bulkhead_bounds_concurrent_searches(agent, tmp_path, serv
         for i in range(3)
     ]
     assert all(f.result(60).exit_code == 0 for f in futures)  # type: ignore[attr-defined]
-    assert len(server.hits("/ddg")) == 3 and state["max"] == 1
+    assert len(server.hits("/ddg")) == 3 and counted.peak == 1
 
 
 @pytest.mark.parametrize(
