@@ -1,20 +1,33 @@
 # The fleet image: a3s-fleet with its fleet extra (Celery, Redis client, Flower) and the system
 # programs its tools run: git, ripgrep, and bubblewrap — without it model-side `bash` fails closed
 # (docs/sandbox.md). docker-compose.yml runs it as worker, Flower and the example plan's client;
-# docs/fleet.md ("Containers") says what each piece is for and what was not run here.
-FROM python:3.11-slim
+# docs/fleet.md ("Containers") says what each piece is for and how scripts/container-check builds
+# and runs it.
+#
+# BASE_IMAGE: any Debian-based image with python3 (>= 3.11) and its venv module. The default is
+# Docker Hub's; scripts/container-check passes a debootstrapped Debian bookworm where Docker Hub is
+# out of reach.
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE}
 RUN apt-get update \
     && apt-get install -y --no-install-recommends git ripgrep bubblewrap \
     && rm -rf /var/lib/apt/lists/*
+# The package lives in a venv, not in the base's Python: the same on python:3.11-slim and on a
+# Debian python3, which refuses `pip install` outside a venv (PEP 668). The venv comes first on PATH,
+# so `python`, `a3s-fleet` and `celery` are its own — the compose healthchecks and the example plan
+# call them by those names.
+ENV VIRTUAL_ENV=/opt/a3s PATH=/opt/a3s/bin:$PATH PYTHONUNBUFFERED=1
+RUN python3 -m venv /opt/a3s
 WORKDIR /app
 COPY . /app
 RUN pip install --no-cache-dir ".[fleet]"
 # Workers never run as root in production (Celery warns about it). Files the tools write into a
-# mounted workspace belong to this uid: build with --build-arg A3S_UID=$(id -u) to match yours.
+# mounted workspace belong to this uid: build with --build-arg A3S_UID=$(id -u) to match yours
+# (a root host keeps the default and gives the workspace to uid 1000).
 ARG A3S_UID=1000
-RUN useradd --create-home --uid "${A3S_UID}" a3s
+RUN if [ "${A3S_UID}" = 0 ]; then echo "A3S_UID=0: the image runs as an unprivileged user; keep the default 1000 (docs/fleet.md)" >&2; exit 1; fi \
+    && useradd --create-home --uid "${A3S_UID}" a3s
 USER a3s
-ENV PYTHONUNBUFFERED=1
 # The workspace is a mounted volume (docker-compose.yml mounts it here unless A3S_WORKSPACE says otherwise).
 WORKDIR /workspace
 EXPOSE 5555

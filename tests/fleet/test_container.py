@@ -1,11 +1,12 @@
 """A usable container (issue 13 item 11; SPEC F-1, F-5, F-6): ``.dockerignore``, ``Dockerfile``,
 ``docker-compose.yml`` (+ the sandbox overlay) and the example plan the image runs.
 
-No Docker daemon runs here, so the image is never built: the first tests check the files statically
-(parsed, not grepped where a parser exists). The ``fleet`` tests then run, for real, everything the
-compose file relies on that does not need Docker: the worker's healthcheck command against a live
-worker (and against a missing one), Flower started as compose starts it — its API behind the basic
-auth compose requires, its healthcheck open — and the example plan on real workers.
+Building and running the image takes minutes, so it is a manual check, ``scripts/container-check``
+(Podman; docs/fleet.md "Containers" has what it ran and the figures). Here the first tests check the
+files statically (parsed, not grepped where a parser exists). The ``fleet`` tests then run, for real,
+everything the compose file relies on that does not need a container: the worker's healthcheck
+command against a live worker (and against a missing one), Flower started as compose starts it — its
+API behind the basic auth compose requires, its healthcheck open — and the example plan on real workers.
 """
 
 from __future__ import annotations
@@ -49,6 +50,13 @@ def _instruction(name: str) -> list[str]:
     return [line[len(name) :].strip() for line in _dockerfile() if line.upper().startswith(name + " ")]
 
 
+def _health(service: str) -> str:
+    """A service's healthcheck as the container's shell runs it (CMD-SHELL; compose's $$ is $)."""
+    test = _compose()["services"][service]["healthcheck"]["test"]
+    assert test[0] == "CMD-SHELL" and len(test) == 2, test  # podman-compose 1.0.3 garbles the CMD form
+    return str(test[1]).replace("$$", "$")
+
+
 # ---- static: the files ------------------------------------------------------------------------
 
 
@@ -66,7 +74,16 @@ def test_dockerfile_installs_the_tools_programs_runs_unprivileged_and_starts_a_w
     (install,) = [r for r in _instruction("RUN") if "apt-get install" in r]
     packages = set(shlex.split(install.split("apt-get install", 1)[1].split("&&")[0]))
     assert {"git", "ripgrep", "bubblewrap"} <= packages  # bubblewrap: model-side bash fails closed without it
-    assert any('pip install --no-cache-dir ".[fleet]"' in r for r in _instruction("RUN"))
+    runs = _instruction("RUN")
+    # The package goes into a venv that leads PATH: Debian's own python3 refuses pip (PEP 668),
+    # and the healthchecks and the example plan call `python`, `celery`, `a3s-fleet` by name.
+    venv = runs.index("python3 -m venv /opt/a3s")
+    assert runs.index('pip install --no-cache-dir ".[fleet]"') > venv
+    (env,) = _instruction("ENV")
+    assert "VIRTUAL_ENV=/opt/a3s" in env.split() and "PATH=/opt/a3s/bin:$PATH" in env.split()
+    # A3S_UID=0 (`$(id -u)` as root) would make useradd fail obscurely or the worker root: refused.
+    (useradd,) = [r for r in runs if "useradd" in r]
+    assert '"${A3S_UID}" = 0' in useradd and "exit 1" in useradd
     assert _instruction("COPY") == [". /app"]  # the example plan ships at /app/examples
     assert _instruction("USER") == ["a3s"]
     (cmd,) = _instruction("CMD")
@@ -78,13 +95,22 @@ def test_dockerfile_installs_the_tools_programs_runs_unprivileged_and_starts_a_w
     assert json.loads(cmd) == shlex.split(procfile_worker)  # exec form: signals reach the worker
 
 
+def test_the_base_image_is_an_argument_defaulting_to_python_slim() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert "ARG BASE_IMAGE=python:3.11-slim" in _dockerfile()
+    assert _dockerfile().index("ARG BASE_IMAGE=python:3.11-slim") < _dockerfile().index("FROM ${BASE_IMAGE}")
+    assert text.count("\nFROM ") == 1  # one stage: scripts/container-check builds the very same file
+    args = _compose()["x-a3s-image"]["build"]["args"]
+    assert args["BASE_IMAGE"] == "${BASE_IMAGE:-python:3.11-slim}"  # compose passes the same default
+
+
 def test_compose_services_have_healthchecks_and_start_in_dependency_order() -> None:
     services = _compose()["services"]
-    for name in (*SERVICES, "verify"):
-        if name != "verify":
-            test = services[name]["healthcheck"]["test"]
-            assert test[0] in ("CMD", "CMD-SHELL") and len(test) >= 2, name
-    assert services["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
+    for name in SERVICES:
+        assert _health(name), name
+    assert _health("redis") == "redis-cli ping"
+    # $(hostname), not $HOSTNAME: Podman with host networking leaves HOSTNAME unset (measured).
+    assert "--destination celery@$(hostname)" in _health("worker") and "HOSTNAME" not in _health("worker")
     assert services["worker"]["depends_on"] == {"redis": {"condition": "service_healthy"}}
     assert services["flower"]["depends_on"]["redis"] == {"condition": "service_healthy"}
     assert services["flower"]["depends_on"]["worker"] == {"condition": "service_started"}
@@ -102,6 +128,12 @@ def test_compose_flower_needs_a_login_and_everything_published_stays_on_loopback
         for port in services[name]["ports"]:
             assert port.startswith("127.0.0.1:"), (name, port)
     assert "ports" not in services["worker"]  # `--scale worker=N` needs no fixed host port
+    assert services["flower"]["ports"] == ["127.0.0.1:${A3S_FLOWER_PORT:-5555}:5555"]
+    # Workers reach Redis from other containers without a password: protected mode would refuse
+    # them with Debian's redis-server (the official image builds with it off).
+    redis = shlex.split(services["redis"]["command"])
+    assert redis[redis.index("--protected-mode") + 1] == "no"
+    assert redis[redis.index("--bind") + 1] == "0.0.0.0"
     assert compose["networks"]["fleet"]["name"] == "a3s-fleet"  # joinable from outside the project
     for name in (*SERVICES, "verify"):
         assert services[name]["networks"] == ["fleet"], name
@@ -136,9 +168,22 @@ def test_the_example_plan_parses_and_uses_only_programs_the_image_has() -> None:
 
 
 def test_the_sandbox_overlay_only_lifts_the_worker_s_outer_profiles() -> None:
+    """Each option is needed (scripts/container-check: bwrap fails closed without either of the first
+    and third under Podman); none adds a capability."""
     overlay = _compose("docker-compose.sandbox.yml")
     assert set(overlay["services"]) == {"worker"}
-    assert overlay["services"]["worker"] == {"security_opt": ["seccomp=unconfined", "apparmor=unconfined"]}
+    assert overlay["services"]["worker"] == {
+        "security_opt": ["seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"]
+    }
+
+
+def test_the_container_check_is_a_manual_bash_script_that_parses() -> None:
+    """scripts/container-check builds and runs the image (minutes): kept out of scripts/test."""
+    script = ROOT / "scripts" / "container-check"
+    assert os.access(script, os.X_OK)
+    parsed = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=30)
+    assert parsed.returncode == 0, parsed.stderr
+    assert "container-check" not in (ROOT / "scripts" / "test").read_text()
 
 
 # ---- real: what compose runs, without Docker -------------------------------------------------
@@ -166,13 +211,12 @@ def _shell(command: str, env: dict[str, str], timeout: float = 60) -> subprocess
 def test_the_worker_healthcheck_passes_for_a_live_worker_and_fails_without_one(
     fleet: FleetEnv, path_worker: WorkerProcess
 ) -> None:
-    test = _compose()["services"]["worker"]["healthcheck"]["test"]
-    assert test[0] == "CMD-SHELL" and "celery@$$HOSTNAME" in test[1]
-    # $$ is compose's escape for $: the container's shell expands $HOSTNAME (the node is celery@<it>).
-    live = _shell(test[1].replace("celery@$$HOSTNAME", path_worker.name), fleet.env)
+    test = _health("worker")
+    # In a container the node is celery@<its hostname>; here the test worker has its own name.
+    live = _shell(test.replace("celery@$(hostname)", path_worker.name), fleet.env)
     assert live.returncode == 0, live.stdout + live.stderr
     assert path_worker.name in live.stdout and "pong" in live.stdout
-    gone = _shell(test[1].replace("$$HOSTNAME", "no-such-worker").replace("10", "1"), fleet.env)
+    gone = _shell(test.replace("$(hostname)", "no-such-worker").replace("10", "1"), fleet.env)
     assert gone.returncode != 0
 
 
@@ -212,13 +256,7 @@ def test_flower_as_compose_runs_it_serves_its_api_only_behind_basic_auth(
             assert client.get("/api/workers").status_code == 401
             assert client.get("/api/workers", auth=("admin", "wrong")).status_code == 401
             assert client.get("/api/tasks", auth=("admin", "s3cret-pw")).status_code == 200
-            health = flower_svc["healthcheck"]["test"]
-            assert health[0] == "CMD"
-            assert health[1] == "python"
-            probe = subprocess.run(
-                [sys.executable, *(a.replace("5555", str(port)) for a in health[2:])],
-                capture_output=True, text=True, timeout=30,
-            )  # fmt: skip
+            probe = _shell(_health("flower").replace("5555", str(port)), env, timeout=30)
             assert probe.returncode == 0, probe.stderr
     finally:
         flower.terminate()
