@@ -18,14 +18,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import threading
 
-from tests.tools.socks5server import pipe
+from tests.tools.loopback_proxy import LoopbackProxy, pipe
 
 MAX_HEAD_BYTES = 64 * 1024
 
 
-class HttpProxy:
+class HttpProxy(LoopbackProxy):
     def __init__(
         self,
         upstream: tuple[str, int],
@@ -33,27 +32,9 @@ class HttpProxy:
         credentials: tuple[str, str] | None = None,
         host: str = "127.0.0.1",
     ) -> None:
-        self.upstream = upstream
         self.credentials = credentials
-        self.host = host
         self.requests: list[tuple[str, str, str | None]] = []
-        self.accepted = 0
-        self._loop = asyncio.new_event_loop()
-        self._server: asyncio.Server | None = None
-        self._closed = False
-        ready = threading.Event()
-
-        def serve() -> None:
-            asyncio.set_event_loop(self._loop)
-            self._server = self._loop.run_until_complete(asyncio.start_server(self._client, host, 0))
-            ready.set()
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=serve, daemon=True)
-        self._thread.start()
-        ready.wait(10)
-        assert self._server is not None
-        self.port = self._server.sockets[0].getsockname()[1]
+        super().__init__(upstream, host)
 
     def url(self, userinfo: str = "", host: str | None = None) -> str:
         """``http://[userinfo@]host:port`` (``userinfo`` as it should appear in the URL)."""
@@ -106,21 +87,3 @@ class HttpProxy:
         finally:
             with contextlib.suppress(Exception):
                 writer.close()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-
-        async def stop() -> None:
-            assert self._server is not None
-            self._server.close()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()

@@ -17,10 +17,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import threading
+
+from tests.tools.loopback_proxy import LoopbackProxy, pipe
 
 
-class Socks5Server:
+class Socks5Server(LoopbackProxy):
     def __init__(
         self,
         upstream: tuple[str, int],
@@ -28,28 +29,10 @@ class Socks5Server:
         *,
         credentials: tuple[str, str] | None = None,
     ) -> None:
-        self.upstream = upstream
-        self.host = host
         self.credentials = credentials
         self.connects: list[tuple[str, int]] = []
         self.auth_attempts: list[tuple[str, str]] = []
-        self.accepted = 0
-        self._loop = asyncio.new_event_loop()
-        self._server: asyncio.Server | None = None
-        self._closed = False
-        ready = threading.Event()
-
-        def serve() -> None:
-            asyncio.set_event_loop(self._loop)
-            self._server = self._loop.run_until_complete(asyncio.start_server(self._client, host, 0))
-            ready.set()
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=serve, daemon=True)
-        self._thread.start()
-        ready.wait(10)
-        assert self._server is not None
-        self.port = self._server.sockets[0].getsockname()[1]
+        super().__init__(upstream, host)
 
     def url(self, host: str | None = None, scheme: str = "socks5", userinfo: str = "") -> str:
         """``scheme://[userinfo@]host:port`` (``userinfo`` as it should appear in the URL)."""
@@ -102,31 +85,3 @@ class Socks5Server:
         finally:
             with contextlib.suppress(Exception):
                 writer.close()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-
-        async def stop() -> None:
-            assert self._server is not None
-            self._server.close()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
-
-
-async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-    finally:
-        with contextlib.suppress(Exception):
-            writer.close()

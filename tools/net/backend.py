@@ -45,7 +45,24 @@ def ssl_context() -> ssl.SSLContext:
         return _SSL_CONTEXT
 
 
-class GuardedBackend(httpcore.AsyncNetworkBackend):
+class _TcpOnlyBackend(httpcore.AsyncNetworkBackend):
+    """A backend over ``inner`` that never opens a unix socket (only TCP leaves the safe transport)."""
+
+    inner: httpcore.AsyncNetworkBackend
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("unix sockets are not reachable through the safe transport")
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
+
+
+class GuardedBackend(_TcpOnlyBackend):
     def __init__(
         self,
         guard: NetGuard,
@@ -76,17 +93,6 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         assert error is not None
         raise error
 
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("unix sockets are not reachable through the safe transport")
-
-    async def sleep(self, seconds: float) -> None:
-        await self.inner.sleep(seconds)
-
 
 class GuardedTransport(httpx.AsyncHTTPTransport):
     def __init__(
@@ -104,7 +110,7 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
         self.backend = backend
 
 
-class ClosingBackend(httpcore.AsyncNetworkBackend):
+class ClosingBackend(_TcpOnlyBackend):
     """Delegates to ``inner`` and remembers each stream, so ``aclose_all`` can close any left open."""
 
     def __init__(self, inner: httpcore.AsyncNetworkBackend | None = None) -> None:
@@ -122,17 +128,6 @@ class ClosingBackend(httpcore.AsyncNetworkBackend):
         stream = await self.inner.connect_tcp(host, port, timeout, local_address, socket_options)
         self.streams.append(stream)
         return stream
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("unix sockets are not reachable through the safe transport")
-
-    async def sleep(self, seconds: float) -> None:
-        await self.inner.sleep(seconds)
 
     async def aclose_all(self) -> None:
         streams, self.streams = self.streams, []
