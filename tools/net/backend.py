@@ -173,10 +173,11 @@ class ProxiedTransport(httpx.AsyncHTTPTransport):
             await self.backend.aclose_all()
 
 
-class RefusingBackend(httpcore.AsyncNetworkBackend):
+class RefusingBackend(_TcpOnlyBackend):
     """For tests: records where the guard would have connected and never opens a socket."""
 
     def __init__(self) -> None:
+        self.inner = httpcore.AnyIOBackend()  # for sleep() only
         self.attempts: list[tuple[str, int]] = []
 
     async def connect_tcp(
@@ -189,16 +190,3 @@ class RefusingBackend(httpcore.AsyncNetworkBackend):
     ) -> httpcore.AsyncNetworkStream:
         self.attempts.append((host, port))
         raise httpcore.ConnectError(f"test backend: no connection to {host}:{port} is ever opened")
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("no unix sockets")
-
-    async def sleep(self, seconds: float) -> None:
-        import anyio
-
-        await anyio.sleep(seconds)
