@@ -303,9 +303,13 @@ def tool_cmd(
         from flows.providers import parse_model_name
 
         parse_model_name(model)  # a bad name is one line before anything starts
+    # On a terminal a long call shows what it is doing on stderr (orchestrator.tool_progress).
+    progress = _progress_line() if not as_json else None
+    services = {"event_sink": progress} if progress is not None else {}
     with Agent(model=model) as agent:
         session = agent.session(
-            workspace, SessionOptions(tool_result_transform_policy=_policy(policy), **mcp)
+            workspace,
+            SessionOptions(tool_result_transform_policy=_policy(policy), services=services, **mcp),
         )
         report_mcp(session)
         known = session.tool_names()
@@ -316,8 +320,25 @@ def tool_cmd(
             hint = f"; did you mean {', '.join(near)}?" if near else ""
             click.echo(f"error: unknown tool {name!r}{hint} (a3s-fleet tools lists them)", err=True)
             sys.exit(2)
-        result = session.tool(name, args)
+        try:
+            result = session.tool(name, args)
+        finally:
+            if progress is not None:
+                progress.close()
     _print_result(result, as_json)
+
+
+def _progress_line() -> Any:
+    """A ``ToolProgress`` on stderr when it is a terminal, else ``None``."""
+    try:
+        live = sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return None
+    if not live:
+        return None
+    from orchestrator.tool_progress import ToolProgress
+
+    return ToolProgress(sys.stderr)
 
 
 def _direct(name: str, args: dict[str, Any], workspace: str, policy: str) -> Any:

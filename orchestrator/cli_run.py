@@ -82,6 +82,7 @@ def run_cmd(
     from kernel.policy import PermissionPolicy
     from orchestrator.agent import Agent
     from orchestrator.run_view import RunView, error_text
+    from orchestrator.terminal_text import for_terminal
 
     text = sys.stdin.read() if prompt == "-" else prompt
     if not text.strip():
@@ -143,7 +144,8 @@ def run_cmd(
     if not result.success:
         kind = (result.error or {}).get("type") or "failed"
         message = " ".join(str(getattr(result, "message", "") or "").split())
-        click.echo(f"error: {kind}: {message}" if message else f"error: {error_text(result.error)}", err=True)
+        line = f"error: {kind}: {message}" if message else f"error: {error_text(result.error)}"
+        click.echo(for_terminal(line) if _isatty(sys.stderr) else line, err=True)
     sys.exit(0 if result.success else 1)
 
 

@@ -5,7 +5,9 @@ The text goes to ``out`` (stdout: a pipe receives only what the model said); too
 and the spinner go to ``err`` (stderr). When both are the same terminal, one lock and the
 ``_mid_line`` flag keep them apart: a tool line never lands in the middle of a text line, and the
 spinner's status line is erased before anything else is written. Off a terminal there is no spinner
-and no escape sequence, only the finished lines.
+and no escape sequence, only the finished lines. On a terminal, what the model or a tool chose
+(text, arguments, error messages) passes through ``for_terminal``: its control characters are
+shown, never acted on.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import threading
 import time
 from collections.abc import Mapping
 from typing import IO, Any
+
+from orchestrator.terminal_text import for_terminal
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 ASCII_SPINNER = "|/-\\"
@@ -79,6 +83,7 @@ class RunView:
         self.err = err
         self.live = _isatty(err)
         self._same_terminal = self.live and _isatty(out)
+        self._out_is_terminal = _isatty(out)
         fancy = _can_encode(err, "✓✗⠋…")
         self.ok_mark, self.bad_mark, self.run_mark = ("✓", "✗", "⏵") if fancy else ("ok", "FAIL", ">")
         self.frames = SPINNER if fancy else ASCII_SPINNER
@@ -111,6 +116,8 @@ class RunView:
     def text(self, text: str) -> None:
         if not text:
             return
+        if self._out_is_terminal:
+            text = for_terminal(text)
         with self._lock:
             self._clear_status()
             self.out.write(text)
@@ -156,7 +163,7 @@ class RunView:
                 self.out.write("\n")
                 self.out.flush()
                 self._mid_line = False
-            self.err.write(question)
+            self.err.write(for_terminal(question) if self.live else question)
             self.err.flush()
             try:
                 answer = sys.stdin.readline()
@@ -185,7 +192,7 @@ class RunView:
             self.out.write("\n")
             self.out.flush()
             self._mid_line = False
-        self.err.write(line + "\n")
+        self.err.write((for_terminal(line) if self.live else line) + "\n")
         self.err.flush()
 
     def _clear_status(self) -> None:
@@ -212,7 +219,7 @@ class RunView:
                 label, elapsed = long[0]
                 more = f" (+{len(long) - 1} more)" if len(long) > 1 else ""
                 glyph = self.frames[frame % len(self.frames)]
-                self.err.write(f"\r\x1b[K{glyph} {label} {elapsed:.1f}s{more}")
+                self.err.write(f"\r\x1b[K{glyph} {for_terminal(label)} {elapsed:.1f}s{more}")
                 self.err.flush()
                 self._status_shown = True
             frame += 1

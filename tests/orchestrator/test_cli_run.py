@@ -11,8 +11,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import pty
-import select
 import signal
 import subprocess
 import sys
@@ -23,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.model_servers import ScriptedOpenAIServer
+from tests.orchestrator.terminal_support import run_on_terminal
 
 BIN = [sys.executable, "-m", "orchestrator.cli"]
 REPO = Path(__file__).resolve().parents[2]
@@ -169,42 +168,6 @@ def test_s5_terminal_view_streams_text_shows_tool_lines_a_spinner_and_asks(works
     assert "✓ bash sleep 1; echo slept (" in screen
     assert "✗ write asked.txt (" in screen and "confirmation_rejected" in screen
     assert not (workspace / "asked.txt").exists()
-
-
-def run_on_terminal(
-    args: list[str], cwd: Path, env: dict[str, str], answers: list[str], timeout_s: float = 60.0
-) -> tuple[str, int]:
-    """Run the CLI with stdin/stdout/stderr on a pseudo-terminal; answer each [y/N] question in turn."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("A3S_", "OPENAI_"))}
-    environ.update(env, LANG="C.UTF-8", PYTHONIOENCODING="utf-8")
-    master, slave = pty.openpty()
-    proc = subprocess.Popen([*BIN, *args], cwd=cwd, env=environ, stdin=slave, stdout=slave, stderr=slave)
-    os.close(slave)
-    screen = b""
-    pending = list(answers)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.1)
-            if ready:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # EIO: the child closed the terminal
-                    break
-                if not chunk:
-                    break
-                screen += chunk
-                if pending and screen.count(b"[y/N] ") > len(answers) - len(pending):
-                    os.write(master, pending.pop(0).encode() + b"\n")
-            elif proc.poll() is not None:
-                break
-        code = proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(master)
-    return screen.decode("utf-8", "replace"), code
 
 
 @pytest.mark.parametrize("as_json", [False, True], ids=["stream", "json"])
