@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     # guard: hosts (`intranet.corp`, `*.corp`) or addresses/CIDRs (`10.0.0.0/8`), comma-separated.
     # Empty by default; for tests on loopback and private deployments.
     net_allow: str = ""
+    # Extra CA certificates (a PEM file) trusted for https besides certifi's: a private CA, or a
+    # TLS-inspecting proxy's. Read by each process from its own environment.
+    ca_bundle: str | None = Field(default=None, description="PEM file of extra trusted CA certificates")
     searxng_url: str | None = Field(default=None, description="SearXNG base URL for web_search's api tier")
     # Keyed search APIs: keys come from each process's own environment, never from the broker.
     tavily_api_key: SecretStr | None = Field(

@@ -32,17 +32,30 @@ from tools.net.addresses import IPAddress
 from tools.net.guard import NetGuard
 from tools.net.sockets import SocketBackend
 
-_SSL_CONTEXT: ssl.SSLContext | None = None
+_SSL_CONTEXTS: dict[str | None, ssl.SSLContext] = {}
 _SSL_LOCK = threading.Lock()
 
 
-def ssl_context() -> ssl.SSLContext:
-    """One verified TLS context per process (loading the CA bundle costs ~20 ms each time)."""
-    global _SSL_CONTEXT
+def ssl_context(extra_ca: str | None = None) -> ssl.SSLContext:
+    """One verified TLS context per process and CA file (loading the CA bundle costs ~20 ms each
+    time): certifi's roots, plus the certificates of the PEM file ``extra_ca`` (``A3S_CA_BUNDLE``)
+    when given. A file that is missing or holds no certificate is a ``ValueError`` naming it."""
     with _SSL_LOCK:
-        if _SSL_CONTEXT is None:
-            _SSL_CONTEXT = httpx.create_ssl_context(verify=True, trust_env=False)
-        return _SSL_CONTEXT
+        context = _SSL_CONTEXTS.get(extra_ca)
+        if context is None:
+            context = httpx.create_ssl_context(verify=True, trust_env=False)
+            if extra_ca:
+                try:
+                    context.load_verify_locations(cafile=extra_ca)
+                except (OSError, ssl.SSLError) as exc:
+                    reason = (
+                        exc.strerror if isinstance(exc, OSError) and exc.strerror else exc.__class__.__name__
+                    )
+                    raise ValueError(
+                        f"A3S_CA_BUNDLE={extra_ca}: not a readable PEM file of CA certificates ({reason})"
+                    ) from None
+            _SSL_CONTEXTS[extra_ca] = context
+        return context
 
 
 class _TcpOnlyBackend(httpcore.AsyncNetworkBackend):

@@ -93,6 +93,8 @@ def map_http_error(exc: BaseException, op: str, anchor: str, secret: str | None 
     if secret:
         detail = detail.replace(secret, anchor)
     detail = detail[:MAX_DETAIL_CHARS]
+    if "CERTIFICATE_VERIFY_FAILED" in detail:  # say how a private CA is trusted (docs/network.md)
+        detail += " (a private or proxy CA is trusted with A3S_CA_BUNDLE=ca.pem)"
     if isinstance(exc, (httpx.InvalidURL, httpx.UnsupportedProtocol)):
         return InvalidArgument(f"{op}: invalid request to {anchor}: {detail}")
     if isinstance(exc, (httpx.TimeoutException, httpcore.TimeoutException)):

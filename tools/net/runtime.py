@@ -20,6 +20,7 @@ import httpx
 from kernel.context import ToolContext
 from kernel.errors import InvalidArgument
 from tools.net.addresses import IPAddress
+from tools.net.backend import ssl_context
 from tools.net.client import DEFAULT_USER_AGENT, SafeHttp
 from tools.net.errors import map_http_error
 from tools.net.guard import NetAllow, NetGuard
@@ -39,15 +40,18 @@ class NetRuntime:
     # Tests: the socket layer under the guard (``RefusingBackend`` never connects) and a probe.
     inner_backend: httpcore.AsyncNetworkBackend | None = None
     on_connect: Callable[[str, IPAddress, int], None] | None = None
-    # Trust anchors for TLS (default: certifi's CA bundle); tests hand in a context trusting their CA.
+    # Trust anchors for TLS (default: certifi's CA bundle, plus A3S_CA_BUNDLE's certificates).
     tls: ssl.SSLContext | None = None
 
     @classmethod
     def from_settings(cls, settings: Any, environ: Mapping[str, str]) -> NetRuntime:
-        """``settings.net_allow`` (A3S_NET_ALLOW) and the environment's proxies."""
+        """``settings.net_allow`` (A3S_NET_ALLOW), ``settings.ca_bundle`` (A3S_CA_BUNDLE: extra CA
+        certificates, loaded now so a bad file fails here) and the environment's proxies."""
+        ca_bundle = getattr(settings, "ca_bundle", None)
         return cls(
             allow=NetAllow.parse(getattr(settings, "net_allow", "") or ""),
             proxies=ProxySettings.from_env(environ),
+            tls=ssl_context(ca_bundle) if ca_bundle else None,
         )
 
     def guard(self, allow: NetAllow | None = None) -> NetGuard:
