@@ -21,9 +21,10 @@ from typing import Any
 
 # Read-only workspace tools a local directory always offers (REFERENCE §2: `read` → read, ls).
 DIRECT_TOOLS = {"read": "tools.read", "ls": "tools.ls"}
-# A3S_* variables that change nothing about a one-tool session: the CLI's own log level, and where
-# the retrieval embedder caches its model (tools.search.retrieval.minilm_onnx.CACHE_ENV).
-NEUTRAL_ENV = frozenset({"A3S_FLEET_LOG_LEVEL", "A3S_MODEL_CACHE"})
+# A3S_* variables that change nothing about a one-tool session of read/ls: the CLI's own log level,
+# where the retrieval embedder caches its model (tools.search.retrieval.minilm_onnx.CACHE_ENV), and
+# the network tools' guard and trust anchors (a shell that always sets them reads files as fast).
+NEUTRAL_ENV = frozenset({"A3S_FLEET_LOG_LEVEL", "A3S_MODEL_CACHE", "A3S_NET_ALLOW", "A3S_CA_BUNDLE"})
 
 
 def direct_eligible(name: str, workspace: str, env: Mapping[str, str]) -> bool:

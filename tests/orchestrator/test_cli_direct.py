@@ -104,6 +104,7 @@ def test_any_a3s_setting_in_any_case_takes_the_full_path() -> None:
     assert direct_eligible(
         "read", ".", {"PATH": "/bin", "A3S_FLEET_LOG_LEVEL": "debug", "A3S_MODEL_CACHE": "/c"}
     )
+    assert direct_eligible("read", ".", {"A3S_NET_ALLOW": "10.0.0.0/8", "a3s_ca_bundle": "/etc/ca.pem"})
     assert direct_eligible("ls", "/src/app", {})
     for env in ({"A3S_BROKER_URL": "redis://x"}, {"a3s_broker_url": "redis://x"}, {"A3S_EXTRA_TOOLS": ""}):
         assert not direct_eligible("read", ".", env)
