@@ -1,6 +1,6 @@
 """Network benchmark (issue 12): ``download`` vs curl, and ``web_fetch`` extraction time per MiB.
 
-    python -m bench.network [--mib 256] [--rounds 5] [--only download|web_fetch]
+    python -m bench.network [--mib 256] [--rounds 5] [--only download|web_fetch] [--https]
 
 1. A 256 MiB random file served from loopback by a separate server process (``sendfile``, Range,
    strong ETag), so neither client shares a process or the GIL with the server. Each round runs,
@@ -63,13 +63,21 @@ class H(BaseHTTPRequestHandler):
 class Quiet(ThreadingHTTPServer):
     def handle_error(self, request, client_address): pass  # a client hanging up early is normal here
 srv = Quiet(("127.0.0.1", 0), H)
+if len(sys.argv) > 3:  # --https: cert and key (sendfile falls back to a send loop on a TLS socket)
+    import ssl
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(sys.argv[2], sys.argv[3])
+    srv.socket = tls.wrap_socket(srv.socket, server_side=True)
 print(srv.server_address[1], flush=True)
 srv.serve_forever()
 """
 
 
-def _serve(root: Path) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(root)], stdout=subprocess.PIPE, text=True)
+def _serve(root: Path, tls: tuple[Path, Path] | None = None) -> tuple[subprocess.Popen[str], int]:
+    extra = [str(tls[0]), str(tls[1])] if tls else []
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVER, str(root), *extra], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None
     return proc, int(proc.stdout.readline())
 
@@ -98,7 +106,8 @@ def _load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def bench_download(mib: int, rounds: int) -> None:
+def bench_download(mib: int, rounds: int, https: bool = False) -> None:
+    from config.settings import Settings
     from kernel import SessionOptions
     from orchestrator import Agent
     from tools.download.pump import STATS as PUMPED
@@ -106,13 +115,22 @@ def bench_download(mib: int, rounds: int) -> None:
     curl = shutil.which("curl")
     load_before = _load()
     pumped_before = PUMPED["bodies"]
-    with tempfile.TemporaryDirectory() as tmp, Agent() as agent:
+    with tempfile.TemporaryDirectory() as tmp:
         root, out = Path(tmp) / "srv", Path(tmp) / "ws"
         root.mkdir()
         out.mkdir()
         digest = _random_file(root / "blob.bin", mib)
-        proc, port = _serve(root)
-        url = f"http://127.0.0.1:{port}/blob.bin"
+        curl_tls: list[str] = []
+        settings = Settings()
+        if https:  # a throwaway CA: curl gets --cacert, we get A3S_CA_BUNDLE (Settings.ca_bundle)
+            from tests.tools.tls_certs import make_certs
+
+            ca, cert, key = make_certs(Path(tmp), ["localhost"], ["127.0.0.1"])
+            curl_tls = ["--cacert", str(ca)]
+            settings = Settings(ca_bundle=str(ca))
+        proc, port = _serve(root, (cert, key) if https else None)
+        url = f"{'https' if https else 'http'}://127.0.0.1:{port}/blob.bin"
+        agent = Agent(settings)
         session = agent.session(out, SessionOptions(net_allow=("127.0.0.1",), artifact_store="memory"))
         size = mib << 20
         labels = ["curl", "ours x1", "ours x4"] if curl else ["ours x1", "ours x4"]
@@ -127,7 +145,7 @@ def bench_download(mib: int, rounds: int) -> None:
             if label == "curl":
                 assert curl is not None
                 c0, t0 = _cpu_children(), time.perf_counter()
-                subprocess.run([curl, "-s", "-o", str(target), url], check=True)
+                subprocess.run([curl, "-s", *curl_tls, "-o", str(target), url], check=True)
                 times[label].append(time.perf_counter() - t0)
                 cpu[label].append(_cpu_children() - c0)
                 return
@@ -151,10 +169,14 @@ def bench_download(mib: int, rounds: int) -> None:
             )
             assert check.exit_code == 0 and check.metadata["sha256"] == digest, check.output
         finally:
+            agent.close()
             proc.terminate()
             proc.wait(5)
     gib = mib / 1024
-    print(f"download of {mib} MiB from loopback ({rounds} rounds, interleaved, rotating order):")
+    scheme = "https (TLS 1.3, a throwaway CA)" if https else "http"
+    print(
+        f"download of {mib} MiB from loopback over {scheme} ({rounds} rounds, interleaved, rotating order):"
+    )
     print(f"  load average (1/5/15 min) before: {load_before}, after: {_load()}; {os.cpu_count()} CPUs")
     base_cpu = statistics.median(cpu["curl"]) / gib if curl else None
     for label in labels:
@@ -249,9 +271,10 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--only", choices=("download", "web_fetch"), help="run one of the two benchmarks")
+    parser.add_argument("--https", action="store_true", help="download over TLS (curl and ours verify it)")
     args = parser.parse_args()
     if args.only != "web_fetch":
-        bench_download(args.mib, args.rounds)
+        bench_download(args.mib, args.rounds, https=args.https)
     if args.only != "download":
         bench_web_fetch()
 
