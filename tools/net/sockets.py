@@ -273,7 +273,7 @@ class TLSSocketStream(httpcore.AsyncNetworkStream):
 
     def __init__(
         self, sock: socket.socket, tls: ssl.SSLObject, incoming: ssl.MemoryBIO, outgoing: ssl.MemoryBIO
-    ):
+    ) -> None:
         self._sock = sock
         self._tls = tls
         self._incoming = incoming
