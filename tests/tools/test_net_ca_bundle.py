@@ -6,7 +6,6 @@ anchors grow). Against a loopback https server whose certificate a throwaway CA 
 from __future__ import annotations
 
 import os
-import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ import pytest
 from config.settings import Settings
 from orchestrator import Agent
 from tests.tools.netserver import LoopbackServer, static
-from tests.tools.tls_certs import make_certs
+from tests.tools.tls_certs import make_certs, serve_tls
 
 
 @pytest.fixture()
@@ -26,9 +25,7 @@ def https_server(tmp_path: Path) -> Iterator[tuple[LoopbackServer, Path]]:
     certs.mkdir()
     ca, cert, key = make_certs(certs, ["localhost"], ["127.0.0.1"])
     srv = LoopbackServer()
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
-    srv.httpd.socket = context.wrap_socket(srv.httpd.socket, server_side=True)
+    serve_tls(srv, cert, key)
     srv.route("/page", static(200, "private CA, verified", content_type="text/plain; charset=utf-8"))
     try:
         yield srv, ca

@@ -118,13 +118,11 @@ async def test_d3_an_http_proxy_gets_basic_credentials_on_a_forwarded_request(se
 
 async def test_d3_an_http_proxy_gets_basic_credentials_on_connect(tmp_path) -> None:
     """An https target: the credentials go with CONNECT, TLS runs end to end with the target."""
-    from tests.tools.tls_certs import make_certs
+    from tests.tools.tls_certs import make_certs, serve_tls
 
     ca, cert, key = make_certs(tmp_path, ["secure.example.com"], [])
     srv = LoopbackServer()
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server_ctx.load_cert_chain(cert, key)
-    srv.httpd.socket = server_ctx.wrap_socket(srv.httpd.socket, server_side=True)
+    serve_tls(srv, cert, key)
     srv.route("/s", static(200, "tls through the tunnel"))
     proxy = HttpProxy(("127.0.0.1", srv.port), credentials=(USER, PASSWORD))
     runtime = NetRuntime(resolver=NAMED, tls=ssl.create_default_context(cafile=str(ca)))

@@ -22,7 +22,7 @@ import pytest
 from config.settings import Settings
 from orchestrator import Agent
 from tests.tools.netserver import LoopbackServer, static
-from tests.tools.tls_certs import make_certs
+from tests.tools.tls_certs import make_certs, serve_tls, server_context
 from tools.net.sockets import READ_BYTES, TLSSocketStream, open_tcp
 
 BODY = os.urandom(6 * 1024 * 1024 + 123)
@@ -39,9 +39,7 @@ def certs(tmp_path: Path) -> tuple[Path, Path, Path]:
 def https_blob(certs: tuple[Path, Path, Path]) -> Iterator[int]:
     _, cert, key = certs
     srv = LoopbackServer()
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
-    srv.httpd.socket = context.wrap_socket(srv.httpd.socket, server_side=True)
+    serve_tls(srv, cert, key)
     srv.route("/blob", static(200, BODY, content_type="application/octet-stream"))
     try:
         yield srv.port
@@ -72,8 +70,7 @@ def test_d4_an_https_download_of_many_records_is_whole_and_verified(
 def _tls_server(certs: tuple[Path, Path, Path], serve) -> tuple[socket.socket, threading.Thread]:
     """A TLS listener on loopback running ``serve`` for every connection until it is closed."""
     _, cert, key = certs
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
+    context = server_context(cert, key)
     listener = socket.create_server(("127.0.0.1", 0))
 
     def run() -> None:

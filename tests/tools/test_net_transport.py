@@ -384,13 +384,11 @@ async def test_d3_pinned_tls_keeps_sni_and_verifies_the_name(tmp_path) -> None:
     """HTTPS to a name pinned to 127.0.0.1: TLS verifies the certificate for the *name*."""
     import ssl
 
-    from tests.tools.tls_certs import make_certs
+    from tests.tools.tls_certs import make_certs, serve_tls
 
     ca, cert, key = make_certs(tmp_path, ["pinned.example.com"], [])
     srv = LoopbackServer()
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server_ctx.load_cert_chain(cert, key)
-    srv.httpd.socket = server_ctx.wrap_socket(srv.httpd.socket, server_side=True)
+    serve_tls(srv, cert, key)
     srv.route("/secure", static(200, "over tls"))
     client_ctx = ssl.create_default_context(cafile=str(ca))
     runtime = NetRuntime(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 from pathlib import Path
+from typing import Any
 
 
 def make_certs(root: Path, names: list[str], ips: list[str]) -> tuple[Path, Path, Path]:
@@ -21,3 +23,15 @@ def make_certs(root: Path, names: list[str], ips: list[str]) -> tuple[Path, Path
     run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
         "-out", "server.pem", "-days", "2", "-extfile", "ext.cnf")  # fmt: skip
     return root / "ca.pem", root / "server.pem", root / "server.key"
+
+
+def server_context(cert: Path, key: Path) -> ssl.SSLContext:
+    """A TLS server context presenting ``cert``."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    return context
+
+
+def serve_tls(server: Any, cert: Path, key: Path) -> None:
+    """Make a ``netserver.LoopbackServer`` answer https with ``cert``."""
+    server.httpd.socket = server_context(cert, key).wrap_socket(server.httpd.socket, server_side=True)
