@@ -1,6 +1,6 @@
 """Network benchmark (issue 12): ``download`` vs curl, and ``web_fetch`` extraction time per MiB.
 
-    python -m bench.network [--mib 256] [--rounds 5] [--only download|web_fetch] [--https]
+    python -m bench.network [--mib 256] [--rounds 5] [--only download|web_fetch] [--https] [--proxy]
 
 1. A 256 MiB random file served from loopback by a separate server process (``sendfile``, Range,
    strong ETag), so neither client shares a process or the GIL with the server. Each round runs,
@@ -82,6 +82,25 @@ def _serve(root: Path, tls: tuple[Path, Path] | None = None) -> tuple[subprocess
     return proc, int(proc.stdout.readline())
 
 
+PROXY = r"""
+import sys, threading
+from tests.tools.httpproxy import HttpProxy
+proxy = HttpProxy(("127.0.0.1", int(sys.argv[1])))
+print(proxy.port, flush=True)
+threading.Event().wait()
+"""
+
+
+def _proxy_process(upstream_port: int) -> tuple[subprocess.Popen[str], str]:
+    """tests/tools/httpproxy.py in a process of its own (its CPU is neither client's)."""
+    repo = str(Path(__file__).resolve().parents[1])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PROXY, str(upstream_port)], stdout=subprocess.PIPE, text=True, cwd=repo
+    )
+    assert proc.stdout is not None
+    return proc, f"http://127.0.0.1:{int(proc.stdout.readline())}"
+
+
 def _random_file(path: Path, mib: int) -> str:
     digest = hashlib.sha256()
     with open(path, "wb") as fh:
@@ -106,7 +125,7 @@ def _load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def bench_download(mib: int, rounds: int, https: bool = False) -> None:
+def bench_download(mib: int, rounds: int, https: bool = False, proxy: bool = False) -> None:
     from config.settings import Settings
     from kernel import SessionOptions
     from orchestrator import Agent
@@ -130,7 +149,13 @@ def bench_download(mib: int, rounds: int, https: bool = False) -> None:
             settings = Settings(ca_bundle=str(ca))
         proc, port = _serve(root, (cert, key) if https else None)
         url = f"{'https' if https else 'http'}://127.0.0.1:{port}/blob.bin"
-        agent = Agent(settings)
+        tunnel = None
+        saved_env = {k: os.environ.get(k) for k in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")}
+        if proxy:  # one loopback HTTP proxy (CONNECT for https) in its own process for both
+            tunnel, proxy_url = _proxy_process(port)
+            curl_tls += ["-x", proxy_url]
+            os.environ.update(HTTP_PROXY=proxy_url, HTTPS_PROXY=proxy_url, NO_PROXY="")
+        agent = Agent(settings)  # reads the proxies of this environment
         session = agent.session(out, SessionOptions(net_allow=("127.0.0.1",), artifact_store="memory"))
         size = mib << 20
         labels = ["curl", "ours x1", "ours x4"] if curl else ["ours x1", "ours x4"]
@@ -172,10 +197,19 @@ def bench_download(mib: int, rounds: int, https: bool = False) -> None:
             agent.close()
             proc.terminate()
             proc.wait(5)
+            if tunnel is not None:
+                tunnel.terminate()
+                tunnel.wait(5)
+            for key, value in saved_env.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
     gib = mib / 1024
     scheme = "https (TLS 1.3, a throwaway CA)" if https else "http"
+    via = " through a loopback HTTP proxy (tests/tools/httpproxy.py)" if proxy else ""
     print(
-        f"download of {mib} MiB from loopback over {scheme} ({rounds} rounds, interleaved, rotating order):"
+        f"download of {mib} MiB from loopback over {scheme}{via} ({rounds} rounds, interleaved, rotating order):"
     )
     print(f"  load average (1/5/15 min) before: {load_before}, after: {_load()}; {os.cpu_count()} CPUs")
     base_cpu = statistics.median(cpu["curl"]) / gib if curl else None
@@ -272,9 +306,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--only", choices=("download", "web_fetch"), help="run one of the two benchmarks")
     parser.add_argument("--https", action="store_true", help="download over TLS (curl and ours verify it)")
+    parser.add_argument("--proxy", action="store_true", help="download through a loopback HTTP proxy")
     args = parser.parse_args()
     if args.only != "web_fetch":
-        bench_download(args.mib, args.rounds, https=args.https)
+        bench_download(args.mib, args.rounds, https=args.https, proxy=args.proxy)
     if args.only != "download":
         bench_web_fetch()
 

@@ -149,3 +149,40 @@ def test_d4_a_body_cut_without_close_notify_fails_typed_and_leaves_nothing(
     )
     assert "1048576" in res.output or "closed" in res.output.lower(), res.output  # says what happened
     assert sorted(p.name for p in workspace.iterdir() if p.name != ".a3s") == []  # no partial file
+
+
+@pytest.mark.parametrize("kind", ["http", "socks5"])
+def test_d3_an_https_download_through_an_operators_proxy_by_name(
+    kind: str,
+    https_blob: int,
+    certs: tuple[Path, Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """HTTPS_PROXY / ALL_PROXY naming the proxy host (``localhost``, resolved by us: an operator's
+    proxy is trusted configuration): the tunnel carries TLS end to end and the body is verified."""
+    from tests.tools.httpproxy import HttpProxy
+    from tests.tools.socks5server import Socks5Server
+
+    proxy = (
+        HttpProxy(("127.0.0.1", https_blob)) if kind == "http" else Socks5Server(("127.0.0.1", https_blob))
+    )
+    url = f"{kind}://localhost:{proxy.port}"
+    monkeypatch.setenv("HTTPS_PROXY" if kind == "http" else "ALL_PROXY", url)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    try:
+        with Agent(Settings(ca_bundle=str(certs[0]), net_allow="127.0.0.1")) as agent:
+            res = agent.session(tmp_path).tool(
+                "download",
+                {
+                    "url": f"https://127.0.0.1:{https_blob}/blob",
+                    "file_path": "via-proxy.bin",
+                    "expected_sha256": hashlib.sha256(BODY).hexdigest(),
+                },
+            )
+    finally:
+        proxy.close()
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "via-proxy.bin").read_bytes() == BODY
+    assert proxy.accepted >= 1  # it went through the proxy, not around it

@@ -30,7 +30,7 @@ import httpx
 
 from tools.net.addresses import IPAddress
 from tools.net.guard import NetGuard
-from tools.net.sockets import SocketBackend
+from tools.net.sockets import ProxySocketBackend, SocketBackend
 
 _SSL_CONTEXTS: dict[str | None, ssl.SSLContext] = {}
 _SSL_LOCK = threading.Lock()
@@ -161,7 +161,10 @@ class ProxiedTransport(httpx.AsyncHTTPTransport):
     ) -> None:
         tls = tls or ssl_context()
         super().__init__(verify=tls, trust_env=False)
-        self.backend = ClosingBackend()
+        # Our sockets under http and SOCKS proxies (https through them reads every TLS record
+        # received at once); an https proxy needs TLS inside TLS, which only anyio's streams do.
+        inner = httpcore.AnyIOBackend() if proxy.url.scheme == "https" else ProxySocketBackend()
+        self.backend = ClosingBackend(inner)
         url = httpcore.URL(
             scheme=proxy.url.raw_scheme, host=proxy.url.raw_host, port=proxy.url.port, target=b"/"
         )

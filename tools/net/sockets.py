@@ -417,3 +417,28 @@ class SocketBackend(httpcore.AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+
+class ProxySocketBackend(SocketBackend):
+    """The socket layer to a proxy (``backend.ProxiedTransport``). A request's proxy arrives as its
+    verified address; an operator's proxy (HTTP(S)_PROXY, ALL_PROXY) is trusted configuration and
+    may be a name, resolved here. Through it, CONNECT and SOCKS tunnels get ``SocketStream`` and
+    ``TLSSocketStream``: an https transfer through a proxy reads every record received at once."""
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        with _within(timeout, httpcore.ConnectTimeout, httpcore.ConnectError):
+            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        error: Exception = httpcore.ConnectError(f"{host}:{port} has no address")
+        for _family, _type, _proto, _name, address in infos:
+            try:
+                return await open_tcp(str(address[0]), port, timeout, socket_options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                error = exc
+        raise error
