@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from config.settings import Settings
+from kernel.result import ToolResult
 from orchestrator import Agent
 from tests.tools.netserver import LoopbackServer, static
 from tests.tools.tls_certs import make_certs, serve_tls, server_context
@@ -45,6 +46,12 @@ def https_blob(certs: tuple[Path, Path, Path]) -> Iterator[int]:
         yield srv.port
     finally:
         srv.close()
+
+
+def _download(certs: tuple[Path, Path, Path], workspace: Path, args: dict[str, object]) -> ToolResult:
+    """One host-direct ``download`` in a process trusting the throwaway CA, loopback allowed."""
+    with Agent(Settings(ca_bundle=str(certs[0]), net_allow="127.0.0.1")) as agent:
+        return agent.session(workspace).tool("download", args)
 
 
 def test_d4_an_https_download_of_many_records_is_whole_and_verified(
@@ -132,15 +139,15 @@ def test_d4_a_body_cut_without_close_notify_fails_typed_and_leaves_nothing(
     workspace = tmp_path / "ws"
     workspace.mkdir()
     try:
-        with Agent(Settings(ca_bundle=str(certs[0]), net_allow="127.0.0.1")) as agent:
-            res = agent.session(workspace).tool(
-                "download",
-                {
-                    "url": f"https://127.0.0.1:{listener.getsockname()[1]}/cut",
-                    "file_path": "cut.bin",
-                    "timeout": 60,
-                },
-            )
+        res = _download(
+            certs,
+            workspace,
+            {
+                "url": f"https://127.0.0.1:{listener.getsockname()[1]}/cut",
+                "file_path": "cut.bin",
+                "timeout": 60,
+            },
+        )
     finally:
         listener.close()
     thread.join(10)
@@ -172,15 +179,15 @@ def test_d3_an_https_download_through_an_operators_proxy_by_name(
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
     try:
-        with Agent(Settings(ca_bundle=str(certs[0]), net_allow="127.0.0.1")) as agent:
-            res = agent.session(tmp_path).tool(
-                "download",
-                {
-                    "url": f"https://127.0.0.1:{https_blob}/blob",
-                    "file_path": "via-proxy.bin",
-                    "expected_sha256": hashlib.sha256(BODY).hexdigest(),
-                },
-            )
+        res = _download(
+            certs,
+            tmp_path,
+            {
+                "url": f"https://127.0.0.1:{https_blob}/blob",
+                "file_path": "via-proxy.bin",
+                "expected_sha256": hashlib.sha256(BODY).hexdigest(),
+            },
+        )
     finally:
         proxy.close()
     assert res.exit_code == 0, res.output

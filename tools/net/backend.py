@@ -30,7 +30,7 @@ import httpx
 
 from tools.net.addresses import IPAddress
 from tools.net.guard import NetGuard
-from tools.net.sockets import ProxySocketBackend, SocketBackend
+from tools.net.sockets import ProxySocketBackend, SocketBackend, connect_any
 
 _SSL_CONTEXTS: dict[str | None, ssl.SSLContext] = {}
 _SSL_LOCK = threading.Lock()
@@ -95,16 +95,14 @@ class GuardedBackend(_TcpOnlyBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         addresses = await self.guard.addresses(host, port)
-        error: Exception | None = None
-        for ip in addresses:  # every one of them was verified; try them in the resolver's order
+
+        async def connect(ip: IPAddress) -> httpcore.AsyncNetworkStream:
             if self.on_connect is not None:
                 self.on_connect(host, ip, port)
-            try:
-                return await self.inner.connect_tcp(str(ip), port, timeout, local_address, socket_options)
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
-                error = exc
-        assert error is not None
-        raise error
+            return await self.inner.connect_tcp(str(ip), port, timeout, local_address, socket_options)
+
+        # every one of them was verified; try them in the resolver's order
+        return await connect_any(addresses, connect, host)
 
 
 class GuardedTransport(httpx.AsyncHTTPTransport):

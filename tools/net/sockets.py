@@ -38,9 +38,9 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
@@ -48,6 +48,8 @@ import anyio.streams.tls
 import httpcore
 
 READ_BYTES = 1 << 20
+T = TypeVar("T")
+Stream = TypeVar("Stream", bound=httpcore.AsyncNetworkStream)
 STOP_POLL_S = 0.5
 _BLANK_LINE = re.compile(b"\n\r?\n")  # exactly h11's end-of-headers pattern
 
@@ -435,10 +437,16 @@ class ProxySocketBackend(SocketBackend):
     ) -> httpcore.AsyncNetworkStream:
         with _within(timeout, httpcore.ConnectTimeout, httpcore.ConnectError):
             infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        error: Exception = httpcore.ConnectError(f"{host}:{port} has no address")
-        for _family, _type, _proto, _name, address in infos:
-            try:
-                return await open_tcp(str(address[0]), port, timeout, socket_options)
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
-                error = exc
-        raise error
+        addresses = [str(info[4][0]) for info in infos]
+        return await connect_any(addresses, lambda ip: open_tcp(ip, port, timeout, socket_options), host)
+
+
+async def connect_any(addresses: Iterable[T], connect: Callable[[T], Awaitable[Stream]], host: str) -> Stream:
+    """The first of ``addresses`` (in order) that ``connect`` reaches; else its last failure."""
+    error: Exception = httpcore.ConnectError(f"{host} has no address")
+    for address in addresses:
+        try:
+            return await connect(address)
+        except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+            error = exc
+    raise error
