@@ -34,6 +34,7 @@ import httpx
 from kernel.errors import InvalidArgument
 from tools.net.addresses import IPAddress
 from tools.net.backend import GuardedBackend, GuardedTransport, ProxiedTransport
+from tools.net.decoding import ACCEPT_ENCODING
 from tools.net.errors import ProxyAuthFailed, is_proxy_auth_failure, map_http_error, proxy_auth_failed
 from tools.net.guard import NetGuard
 from tools.net.proxy import ProxySettings, ProxyUrl, check_proxy_url, parse_proxy
@@ -111,7 +112,8 @@ class SafeHttp:
         self.proxies = proxies or ProxySettings()
         self.request_proxy = check_proxy_url(request_proxy) if request_proxy else None
         self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
-        self.headers = {"User-Agent": user_agent}
+        # Only what read_body decodes within its limit (a brotli install must not change that).
+        self.headers = {"User-Agent": user_agent, "Accept-Encoding": ACCEPT_ENCODING}
         self.backend = GuardedBackend(guard, inner_backend, on_connect)
         self.max_connections = max_connections
         self._direct: httpx.AsyncClient | None = None

@@ -22,6 +22,7 @@ from kernel.errors import InvalidArgument
 from tools.net.addresses import IPAddress
 from tools.net.backend import ssl_context
 from tools.net.client import DEFAULT_USER_AGENT, SafeHttp
+from tools.net.decoding import BodyTooLarge, BoundedDecoder
 from tools.net.errors import map_http_error
 from tools.net.guard import NetAllow, NetGuard
 from tools.net.proxy import ProxySettings
@@ -108,7 +109,8 @@ def safe_http(
 
 
 async def read_body(response: httpx.Response, max_bytes: int, op: str, url: SafeUrl) -> bytes:
-    """The (decoded) body, refused past ``max_bytes`` — declared (Content-Length) or streamed."""
+    """The decoded body, refused past ``max_bytes`` — declared (Content-Length), streamed or
+    decoded (``decoding.BoundedDecoder``: a compression bomb stops at the limit, not after it)."""
     declared = response.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_bytes:
         raise InvalidArgument(
@@ -116,12 +118,15 @@ async def read_body(response: httpx.Response, max_bytes: int, op: str, url: Safe
         )
     buf = bytearray()
     try:
-        async for chunk in response.aiter_bytes():
-            buf += chunk
-            if len(buf) > max_bytes:
-                raise InvalidArgument(
-                    f"{op}: the body of {url.anchor} is larger than the {max_bytes}-byte limit"
-                )
+        # Decoded here, not by httpx: one chunk of layered gzip may inflate without bound there.
+        decoder = BoundedDecoder(response.headers.get("content-encoding", ""), max_bytes)
+        async for chunk in response.aiter_raw():
+            buf += decoder.feed(chunk)
+        buf += decoder.finish()
+    except BodyTooLarge:
+        raise InvalidArgument(
+            f"{op}: the body of {url.anchor} is larger than the {max_bytes}-byte limit"
+        ) from None
     except (httpx.HTTPError, httpx.StreamError) as exc:
         raise map_http_error(exc, op, url.anchor, str(url.url)) from None
     return bytes(buf)
