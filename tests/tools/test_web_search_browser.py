@@ -13,8 +13,11 @@ launched can escape the check (ancestry would miss exactly the orphans, so it is
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -95,7 +98,7 @@ def test_w1_browser_tier_renders_a_served_page(agent, tmp_path, server, scope) -
         )
         assert res.exit_code == 0, res.output
         assert res.metadata["browser_launched"] is True
-        assert [r["url"] for r in __import__("json").loads(res.output)] == [u for _, u, _ in P.RESULTS]
+        assert [r["url"] for r in json.loads(res.output)] == [u for _, u, _ in P.RESULTS]
         assert res.metadata["search_tiers"][0]["tier"] == "headless"
         # Only the page itself was fetched (through the safe transport); nothing else got out.
         assert [h.path.split("?")[0] for h in server.hits()] == ["/bing_browser"]
@@ -217,3 +220,81 @@ def test_w4_a_run_and_its_delegated_child_share_the_browser_retry_budget(
     assert {o["kind"] for o in res.metadata["engine_outcomes"]} == {"transport"}
     assert len(server.hits()) == 3 * 2 + 2 + 1  # each page asked for once, plus one per retry
     assert wait_gone(scope) == []
+
+
+def test_d3_w1_page_webrtc_sends_no_packet_of_its_own(agent, tmp_path, server, scope) -> None:
+    """A result page's script opening an ``RTCPeerConnection`` (STUN over UDP, TURN over TCP) to a
+    private address: WebRTC does not go through request interception or the host resolver, so only
+    a browser with no network at all keeps it in. The page still renders (its requests are
+    fetched through the safe transport); the listeners on 127.0.0.2 hear nothing."""
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tcp = socket.socket()
+    heard: list[object] = []
+    stop = threading.Event()
+
+    def listen() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                heard.append(("udp", udp.recvfrom(2048)[1]))
+            with contextlib.suppress(OSError):
+                conn, peer = tcp.accept()
+                conn.close()
+                heard.append(("tcp", peer))
+
+    try:
+        udp.bind(("127.0.0.2", 0))
+        tcp.bind(("127.0.0.2", 0))
+        tcp.listen()
+        udp.settimeout(0.1)
+        tcp.settimeout(0.1)
+        ice = json.dumps(
+            [
+                {"urls": f"stun:127.0.0.2:{udp.getsockname()[1]}"},
+                {
+                    "urls": f"turn:127.0.0.2:{tcp.getsockname()[1]}?transport=tcp",
+                    "username": "u",
+                    "credential": "p",
+                },
+            ]
+        )
+        script = (
+            f"<script>const pc = new RTCPeerConnection({{iceServers: {ice}}}); pc.createDataChannel('x');"
+            "pc.createOffer().then(o => pc.setLocalDescription(o));</script>"
+        )
+        # The results appear after 1.5 s, so the page lives long enough for ICE to gather.
+        page = (
+            P.js_rendered_bing_page(P.RESULTS)
+            .replace("}, 50);", "}, 1500);")
+            .replace("</body>", script + "</body>")
+        )
+        server.route("/bing_browser", static(200, page, content_type=HTML))
+        listener = threading.Thread(target=listen, daemon=True)
+        listener.start()
+        res = session(agent, tmp_path, server).tool(
+            "web_search", {"query": P.QUERY, "engines": ["bing_browser"], "timeout": 60, "format": "json"}
+        )
+        assert res.exit_code == 0, res.output
+        assert [r["url"] for r in json.loads(res.output)] == [u for _, u, _ in P.RESULTS]
+        time.sleep(0.5)
+        assert heard == []
+    finally:
+        stop.set()
+        udp.close()
+        tcp.close()
+    assert wait_gone(scope) == []
+
+
+def test_d3_w1_no_network_namespace_means_no_headless_tier(tmp_path) -> None:
+    """Fail closed: where bubblewrap cannot give Chromium a network namespace (here a stand-in
+    that fails the way a container's seccomp profile makes it fail), Chromium is not started."""
+    from kernel.errors import Unsupported
+    from tools.web_search.netns import launcher
+
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    with pytest.raises(Unsupported, match=r"without a network of its own.*No permissions"):
+        launcher(str(tmp_path), "/usr/bin/chromium", bwrap=str(fake))
+    assert not (tmp_path / "chromium-netns").exists()
+    with pytest.raises(Unsupported, match="not installed"):
+        launcher(str(tmp_path), "/usr/bin/chromium", bwrap=str(tmp_path / "missing"))

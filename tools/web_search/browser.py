@@ -12,7 +12,9 @@ Invariants:
   process whose command line names the directory is killed (``SIGKILL``) and the directory is
   removed. This also runs when the call is cancelled or times out (``finally``), including while
   Chromium is still starting.
-- **No network of its own.** Chromium cannot resolve or reach anything by itself:
+- **No network of its own.** Chromium runs in a network namespace of its own (``netns.py``:
+  ``bwrap --unshare-net``; the tier is ``unsupported`` where that cannot be made), because a page's
+  WebRTC reaches past everything below. Within it, nothing is resolved or reached either:
   ``--host-resolver-rules=MAP * ~NOTFOUND`` fails every name *and* address it would connect to,
   background networking, component updates, sync, crash upload and DNS prefetch are off, service
   workers are blocked and WebSockets closed. Every request the page makes is intercepted
@@ -37,6 +39,7 @@ from typing import Any
 from kernel.errors import ToolError, Transport, Unsupported
 from tools.net import ProxyAuthFailed, SafeHttp, parse_url
 from tools.net.runtime import read_body
+from tools.web_search.netns import launcher
 
 CLOSE_BUDGET_S = 2.0
 LAUNCH_GRACE_S = 10.0  # a launch interrupted by a cancel is waited for (and failed) this long
@@ -132,11 +135,12 @@ class BrowserPool:
             "XDG_CONFIG_HOME": os.path.join(self.dir, "config"),
             "XDG_CACHE_HOME": os.path.join(self.dir, "cache"),
         }
+        executable = await asyncio.to_thread(launcher, self.dir, self.chromium_path)
         self.launches += 1
         self._playwright = await async_playwright().start()
         self._context = await self._playwright.chromium.launch_persistent_context(
             os.path.join(self.dir, "profile"),
-            executable_path=self.chromium_path,
+            executable_path=executable,
             args=list(CHROMIUM_ARGS),
             headless=True,
             env=env,
