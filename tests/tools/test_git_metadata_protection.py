@@ -158,3 +158,39 @@ def test_trusted_host_direct_keeps_access_and_ordinary_files_still_work(repo: Pa
             res = session.model_tool_call("write", {"file_path": name, "content": "ok\n"})
             assert res.exit_code == 0, (name, res.output)
     assert (repo / ".git" / "info" / "exclude").read_text() == "*.log\n"
+
+
+@pytest.mark.parametrize("plane", ["agent", "governed_host_direct"])
+def test_governed_download_refuses_git_metadata_before_any_request(repo: Path, plane: str) -> None:
+    """SPEC D-1, B-6, K-8: ``download`` writes files too. A model-side download of a hook into
+    ``.git/hooks/`` would run on the user's next commit, outside every sandbox — refused like
+    ``write`` (``protected_path``), under every spelling, before the server sees a request. The
+    trusted host-direct plane keeps full access."""
+    from tests.tools.netserver import LoopbackServer, Ranged
+
+    server = LoopbackServer()
+    try:
+        url = server.route("/hook", Ranged(b"#!/bin/sh\ntouch /tmp/pwned\n"))
+        before = _tree(repo)
+        options = SessionOptions(
+            net_allow=("127.0.0.1",),
+            permission_policy=PermissionPolicy(allow=["download"]),
+            confirmation=lambda request: True,
+        )
+        with Agent() as agent:
+            session = agent.session(repo, options)
+            for path in PROTECTED_PATHS:
+                args = {"url": url, "file_path": path, "overwrite": True}
+                res = _governed(session, plane, "download", args)
+                assert res.error_kind is not None and res.error_kind["type"] == "permission_denied", (
+                    path,
+                    res.output,
+                )
+                assert res.error_kind.get("reason") == "protected_path", res.error_kind
+            assert server.hits() == []
+            assert _tree(repo) == before
+            res = session.tool("download", {"url": url, "file_path": ".git/hooks/trusted-hook"})
+            assert res.exit_code == 0, res.output
+            assert (repo / ".git" / "hooks" / "trusted-hook").exists()
+    finally:
+        server.close()

@@ -8,6 +8,9 @@ Invariants:
   Missing parent directories are created one by one below such descriptors. From then on every
   operation — create the temp file, link, rename, unlink, fsync — is relative to that descriptor,
   so swapping a path component for a symlink cannot redirect the write.
+- ``protect`` (governed origins, like ``write``): nothing inside git metadata, under any spelling
+  that leads there (``tools/_fileio.check_not_git_metadata``), checked before a directory is made:
+  ``permission_denied`` (``protected_path``).
 - The temp file is ``.a3s-download-<random>.part`` beside the target, created ``O_EXCL`` and
   ``O_NOFOLLOW`` with mode 0644. ``discard()`` removes it; it is called on every failure path
   (cancel, timeout, over-limit, digest mismatch, server or transport errors).
@@ -27,6 +30,7 @@ import stat as stat_mod
 from kernel.beneath import Beneath, Fd, fsync_dir, open_subdir
 from kernel.errors import InvalidArgument, ToolError
 from kernel.workspace import LocalWorkspace, normalize_relative
+from tools._fileio import check_not_git_metadata
 
 TEMP_PREFIX = ".a3s-download-"
 TEMP_SUFFIX = ".part"
@@ -38,7 +42,7 @@ def _os_error(what: str, exc: OSError) -> ToolError:
 
 
 class Staging:
-    def __init__(self, ws: LocalWorkspace, file_path: str) -> None:
+    def __init__(self, ws: LocalWorkspace, file_path: str, *, protect: bool = False) -> None:
         rel = normalize_relative(file_path)  # absolute, NUL, look-alike, lexical escape, .a3s
         if not rel:
             raise InvalidArgument("file_path names the workspace root, not a file")
@@ -47,6 +51,12 @@ class Staging:
         self._beneath = Beneath(str(ws.root))
         try:
             loc = self._beneath.locate(file_path)
+            if protect:  # before any directory is made: a hook in .git/ would run outside every sandbox
+                try:
+                    check_not_git_metadata(ws, rel, loc.rel)
+                except BaseException:
+                    loc.close()
+                    raise
             parent = loc.parent
             for name in loc.missing:  # create missing parents, each below a verified descriptor
                 try:

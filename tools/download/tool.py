@@ -132,7 +132,9 @@ class _Run:
         self.params = params
         self.url = url
         self.ws = _fileio.local_workspace(ctx)
-        self.stage: Staging | None = Staging(self.ws, params.file_path) if params.file_path else None
+        self.stage: Staging | None = (
+            Staging(self.ws, params.file_path, protect=ctx.governed) if params.file_path else None
+        )
         if self.stage is not None:
             self.stage.check_target(params.overwrite)
         self.expected = params.expected_sha256.lower() if params.expected_sha256 else None
@@ -159,7 +161,7 @@ class _Run:
             )
         if self.stage is None:
             name = infer_name(probe.chain[-1], probe.disposition)
-            self.stage = Staging(self.ws, name)
+            self.stage = Staging(self.ws, name, protect=self.ctx.governed)
             self.stage.check_target(self.params.overwrite)
         if self.stage.temp_name is None:
             self.stage.create_temp()
