@@ -7,15 +7,17 @@ read-only; ``.a3s`` is created before the first sandboxed command and bound read
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
+import subprocess
 from pathlib import Path
 
 import pygit2
 import pytest
 
 from kernel.errors import PermissionDenied
-from tests.tools.bash_sandbox_support import bash, governed, host, needs_bwrap, stdout
+from tests.tools.bash_sandbox_support import bash, exists, governed, host, needs_bwrap, stdout
 
 pytestmark = needs_bwrap
 
@@ -130,3 +132,68 @@ async def test_b6_workspace_without_git_still_runs_and_keeps_state_dir_read_only
     assert stdout(result) == "denied\n" and (tmp_path / "f").read_text() == "hi\n"
     shutil.rmtree(tmp_path / ".a3s")
     assert not (tmp_path / ".a3s" / "x").exists()
+
+
+def _user_git_status(ws: Path) -> subprocess.CompletedProcess[str]:
+    """What the user's own `git status` does in the workspace afterwards (the host's real git,
+    stopped from discovering a repository above the workspace)."""
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(ws.parent)}
+    return subprocess.run(
+        ["git", "status", "--porcelain"], cwd=ws, env=env, capture_output=True, text=True, timeout=30
+    )
+
+
+async def test_b6_sandbox_cannot_plant_a_repository_in_a_workspace_without_one(tmp_path):
+    """`git init` + `core.fsmonitor` inside the sandbox of a non-repository workspace ran a command
+    on the host at the user's next `git status` (found by the issue-15 attack run)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    pwn = tmp_path / "pwned"
+    attack = f"git init -q . && git config core.fsmonitor 'touch {pwn}; false' && echo PLANTED"
+    result = await bash(governed(ws), command=attack)
+    assert "PLANTED" in result.output  # the command itself ran, then its repository was taken away
+    assert result.exit_code == 1
+    assert result.error_kind is not None and result.error_kind["type"] == "permission_denied"
+    assert result.error_kind["reason"] == "protected_path"
+    assert not exists(ws / ".git")
+    kept = result.metadata["quarantined_git"]
+    assert kept.startswith(".a3s/quarantine/") and (ws / kept / "config").read_text().count(str(pwn)) == 1
+    status = _user_git_status(ws)
+    assert status.returncode != 0 and "not a git repository" in status.stderr
+    assert not pwn.exists()
+
+
+async def test_b6_sandbox_cannot_plant_a_gitdir_file_pointing_elsewhere(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    pygit2.init_repository(str(other))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    result = await bash(governed(ws), command=f"echo 'gitdir: {other}/.git' > .git && echo PLANTED")
+    assert "PLANTED" in result.output and result.error_kind["reason"] == "protected_path"
+    assert not exists(ws / ".git")
+
+
+async def test_b6_sandbox_cannot_replace_a_symlinked_git_directory(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    repo = pygit2.init_repository(str(real))
+    _commit(repo, real)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / ".git").symlink_to(real / ".git")
+    pwn = tmp_path / "pwned"
+    attack = f"rm .git && git init -q . && git config core.fsmonitor 'touch {pwn}; false' && echo REPLACED"
+    result = await bash(governed(ws), command=attack)
+    assert "REPLACED" in result.output and result.error_kind["reason"] == "protected_path"
+    assert (ws / ".git").is_symlink() and os.readlink(ws / ".git") == str(real / ".git")
+    _user_git_status(ws)
+    assert not pwn.exists()
+
+
+async def test_b6_sandbox_without_git_changes_passes_untouched(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    result = await bash(governed(ws), command="mkdir -p sub && git init -q sub && echo ok")
+    assert result.exit_code == 0 and result.error_kind is None and "quarantined_git" not in result.metadata
+    assert (ws / "sub" / ".git").is_dir()  # nested repositories stay ordinary content (docs/sandbox.md)

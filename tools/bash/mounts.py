@@ -18,7 +18,8 @@ Order of the mount table (later mounts cover earlier ones):
    submodules) — the file itself plus the git directory it names and that directory's
    ``commondir``, wherever they live (so ``git status``/``log``/``diff`` still work inside; every
    write to the repository fails with EROFS). When ``.git`` is a symlink, its target directory is
-   bound read-only but the link itself could be replaced; nested repositories' ``.git``
+   bound read-only and the link itself, if replaced, is restored afterwards (``rootgit.py``, which
+   also takes back a root ``.git`` a command creates where there was none); nested repositories' ``.git``
    directories are ordinary workspace content (finding them would cost a walk of the tree on
    every call) — only the root repository's configuration is honoured by our tools;
 6. host secrets masked: ``/etc/shadow``-like files, the usual credential stores under the host

@@ -55,7 +55,7 @@ from pydantic_core import PydanticCustomError
 
 from kernel.capabilities import ToolCapabilities
 from kernel.context import ToolContext
-from kernel.errors import Timeout, Unsupported
+from kernel.errors import PermissionDenied, Timeout, Unsupported
 from kernel.projection.bounded import BoundedOutput
 from kernel.projection.bounded import declare as declare_bounded
 from kernel.projection.transform import artifact_line
@@ -64,6 +64,7 @@ from kernel.spec import ToolSpec
 from tools.bash.capture import OUTPUT_MAX_BYTES, OutputCapture, Stream
 from tools.bash.changes import MAX_CHANGED_PATHS, changed_paths, take_snapshot
 from tools.bash.environment import host_environment, minimal_environment
+from tools.bash.rootgit import RootGit, observe, restore
 from tools.bash.runner import run_shell
 from tools.bash.sandbox import BwrapSandbox, Sandbox, SandboxCommand, default_sandbox
 
@@ -158,21 +159,29 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
     capture = OutputCapture()
     before = await take_snapshot(root)
     prepare = None
+    root_git: RootGit | None = None
     if sandbox is not None:
         chosen = sandbox
+        root_git = observe(str(root))
 
         def prepare(argv: list[str]) -> SandboxCommand:
             return chosen.prepare(argv, root, cwd)
 
-    outcome = await run_shell(
-        params.command,
-        cwd=str(cwd),
-        env=_environment(ctx, minimal=sandbox is not None or ctx.governed),
-        timeout_s=effective_ms / 1000,
-        capture=capture,
-        prepare=prepare,
-        on_output=lambda stream, data: _emit(ctx, stream, data),
-    )
+    quarantined: str | None = None
+    try:
+        outcome = await run_shell(
+            params.command,
+            cwd=str(cwd),
+            env=_environment(ctx, minimal=sandbox is not None or ctx.governed),
+            timeout_s=effective_ms / 1000,
+            capture=capture,
+            prepare=prepare,
+            on_output=lambda stream, data: _emit(ctx, stream, data),
+        )
+    finally:
+        # Every sandboxed process is dead here (also on cancel): take back a planted `.git`.
+        if sandbox is not None:
+            quarantined = _take_back_root_git(root, root_git)
     # A workspace too big to snapshot before is too big after: skip the second 400 ms attempt.
     after = await take_snapshot(root) if before is not None else None
 
@@ -202,6 +211,19 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
     full_line = await _declare_bounded(ctx, capture, metadata)
     budget = OUTPUT_MAX_BYTES - len(full_line.encode("utf-8"))
 
+    if quarantined is not None:
+        metadata["quarantined_git"] = quarantined
+        error = PermissionDenied(
+            "The command created or replaced .git at the workspace root; sandboxed commands may not "
+            "change repository metadata (the user's next git command would honour its config and "
+            f"hooks). It was moved to {quarantined}. Nested repositories (sub/.git) are allowed.",
+            reason="protected_path",
+            path=".git",
+        )
+        prefix = error.message + "\n"
+        text = capture.render(budget - len(prefix))
+        output = prefix + text + full_line
+        return ToolResult(NAME, output, exit_code=1, metadata=metadata, error_kind=error.to_kind())
     if outcome.timed_out:
         error = Timeout(f"Command timed out after {effective_ms}ms", op=NAME, duration_ms=effective_ms)
         prefix = error.message + "\n"
@@ -238,6 +260,19 @@ async def _declare_bounded(ctx: ToolContext, capture: OutputCapture, metadata: d
     metadata["output"]["full_output_uri"] = uri
     declare_bounded(metadata, BoundedOutput(capture.total_bytes, digest, "head_tail", uri))
     return artifact_line(uri).decode("utf-8") if uri is not None else ""
+
+
+def _take_back_root_git(root: Path, before: RootGit | None) -> str | None:
+    """``rootgit.restore``; a planted ``.git`` that cannot be taken back fails the call loudly."""
+    try:
+        return restore(str(root), before)
+    except OSError as exc:
+        raise PermissionDenied(
+            f"The command created or replaced .git at the workspace root and it could not be removed "
+            f"({exc.strerror or exc}); remove {root / '.git'} before running git there.",
+            reason="protected_path",
+            path=".git",
+        ) from None
 
 
 def _wants_sandbox(ctx: ToolContext) -> bool:
