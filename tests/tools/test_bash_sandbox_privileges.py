@@ -153,3 +153,26 @@ async def test_b6_sandbox_sees_no_host_process(tmp_path):
     finally:
         proc.kill()
         await proc.wait()
+
+
+async def test_b6_memory_backed_scratch_space_is_bounded(tmp_path):
+    """tmpfs pages belong to no process, so the OOM killer cannot take them back from the sandbox:
+    /var/tmp, /run, /dev and /dev/shm were each half the host's memory (12 GiB here), 48 GiB in all
+    (found by the issue-15 attack run). Each is now capped; /dev is read-only once populated."""
+    mib = 1024 * 1024
+    caps = {"/tmp": 2048 * mib, "/var/tmp": 256 * mib, "/run": 64 * mib, "/dev/shm": 64 * mib}
+    probe = "; ".join(f"echo {d} $(stat -f -c '%b %S' {d})" for d in caps)
+    result = await bash(
+        governed(tmp_path), command=probe + "; touch /dev/planted 2>/dev/null && echo DEV-WRITABLE"
+    )
+    out = stdout(result)
+    assert "DEV-WRITABLE" not in out
+    for line in out.splitlines():
+        directory, blocks, block_size = line.split()
+        assert int(blocks) * int(block_size) <= caps[directory], line
+    # Filling one past its cap fails with ENOSPC instead of taking host memory.
+    fill = "head -c $((65 * 1024 * 1024)) /dev/zero > /dev/shm/fill 2>/dev/null && echo FILLED; echo done"
+    assert stdout(await bash(governed(tmp_path), command=fill)).strip() == "done"
+    # The scratch directories still work for what they are for.
+    use = "echo a > /tmp/a && echo b > /var/tmp/b && echo c > /run/c && echo d > /dev/shm/d && cat /tmp/a /var/tmp/b /run/c /dev/shm/d && echo x > /dev/null && echo ok"
+    assert stdout(await bash(governed(tmp_path), command=use)) == "a\nb\nc\nd\nok\n"

@@ -3,10 +3,10 @@
 Order of the mount table (later mounts cover earlier ones):
 
 1. ``/`` read-only (recursively: ``/sys`` and every other submount included);
-2. fresh, private, size-capped tmpfs on ``/tmp`` (``TMP_SIZE_BYTES``), an empty ``/var/tmp``, an
+2. fresh, private, size-capped tmpfs (``SCRATCH_SIZES``) on ``/tmp``, an empty ``/var/tmp``, an
    empty ``/run`` (``/var/run`` links there): no host socket file under them is even visible;
-   a minimal ``/dev`` (null, zero, full, random, urandom, tty, a private ``/dev/pts`` and
-   ``/dev/shm``: bubblewrap's ``--dev``); a fresh ``/proc`` for the sandbox's PID namespace,
+   a minimal, read-only ``/dev`` (null, zero, full, random, urandom, tty, a private ``/dev/pts``:
+   bubblewrap's ``--dev``) with a private, capped ``/dev/shm``; a fresh ``/proc`` for the sandbox's PID namespace,
    with ``/proc/sys`` re-bound read-only and ``/proc/sysrq-trigger`` masked;
 3. the workspace read-write at its own physical path, bound from a directory fd we opened (so a
    symlink swapped in after our checks cannot redirect the bind);
@@ -44,7 +44,17 @@ from kernel.statedir import ensure_state_dir, open_state_dir
 
 INTERNAL_DIR = ".a3s"
 GIT_DIR = ".git"
-TMP_SIZE_BYTES = 2 * 1024 * 1024 * 1024
+_MIB = 1024 * 1024
+TMP_SIZE_BYTES = 2048 * _MIB
+# Every writable memory-backed directory is capped: tmpfs pages belong to no process, so the OOM
+# killer cannot take them back from a sandbox filling them (uncapped, each was half the host's
+# memory). /dev/shm gets Docker's default; /dev itself is read-only once populated.
+SCRATCH_SIZES = (
+    ("/tmp", TMP_SIZE_BYTES),
+    ("/var/tmp", 256 * _MIB),
+    ("/run", 64 * _MIB),
+    ("/dev/shm", 64 * _MIB),
+)
 MAX_GITFILE_BYTES = 4096
 # Readable only by their owner, root: the sandbox's uid maps to the host's uid, root on CI.
 MASKED_SYSTEM_PATHS = (
@@ -109,12 +119,15 @@ class Mounts:
 
 def system_args() -> list[str]:
     """Steps 1-2: read-only root, private scratch directories, minimal /dev, fresh /proc."""
+    scratch = dict(SCRATCH_SIZES)
     return [
         "--ro-bind", "/", "/",
-        "--size", str(TMP_SIZE_BYTES), "--tmpfs", "/tmp",
-        "--tmpfs", "/var/tmp",
-        "--tmpfs", "/run",
+        "--size", str(scratch["/tmp"]), "--tmpfs", "/tmp",
+        "--size", str(scratch["/var/tmp"]), "--tmpfs", "/var/tmp",
+        "--size", str(scratch["/run"]), "--tmpfs", "/run",
         "--dev", "/dev",
+        "--remount-ro", "/dev",
+        "--size", str(scratch["/dev/shm"]), "--tmpfs", "/dev/shm",
         "--proc", "/proc",
         # The sandbox's uid is the host's uid: as root it would pass sysctl's owner check.
         "--ro-bind", "/proc/sys", "/proc/sys",
