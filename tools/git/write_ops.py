@@ -6,6 +6,9 @@ anything is opened for writing. Invariants:
 - checkout never overwrites local changes unless ``force``: libgit2's SAFE strategy reports every
   conflicting path to a notify callback *before* touching a file, and those paths become a typed
   ``version_conflict``; nothing is written;
+- neither checkout nor stash lets libgit2 write or delete through a symlink it does not know
+  (``workdir_links``): such a link is a ``version_conflict`` (stash always; checkout unless
+  ``force``, which unlinks it first);
 - a worktree's directory is a workspace-relative path that went through the workspace resolver;
   removing a worktree deletes only a directory inside the workspace, and refuses a dirty one
   unless ``force``;
@@ -30,6 +33,7 @@ from kernel.workspace import INTERNAL_DIR, LocalWorkspace, normalize_relative
 from tools._fileio import check_not_git_metadata
 from tools.git.read_ops import head_state
 from tools.git.view import GitView, is_internal, relative_to_workspace, signature
+from tools.git.workdir_links import in_the_way, remove
 
 MAX_CHANGED_PATHS = 1000  # paths reported in metadata.changed_paths
 DEFAULT_WORKTREE_DIR = ".worktrees"
@@ -86,6 +90,12 @@ def checkout(view: GitView, *, ref: str | None, force: bool) -> Result:
     else:
         commit = resolve_commit(repo, ref)
         head_target = commit.id
+    links = in_the_way(repo, str(view.root), commit.tree)
+    if links and not force:
+        raise _links_conflict(
+            f"checkout of {ref} would write through symlinks the repository does not record", links, commit
+        )
+    remove(str(view.root), links)  # a forced checkout discards them like any local change
     notes = _CheckoutNotes()
     strategy = CheckoutStrategy.FORCE if force else CheckoutStrategy.SAFE
     try:
@@ -131,6 +141,9 @@ def stash_save(view: GitView, *, message: str | None, include_untracked: bool) -
     ]
     if not eligible:
         return "No local changes to save", {"stashed": False, "include_untracked": include_untracked}
+    links = in_the_way(repo, str(view.root))
+    if links:
+        raise _links_conflict("cannot stash: symlinks stand where HEAD or the index has files", links, None)
     if include_untracked and any(is_internal(p) for p in changed):
         # libgit2 1.9 sweeps every untracked file into the stash (and deletes it) even when given a
         # pathspec, so a3s-fleet's own directory is made ignored instead; ignored files are kept.
@@ -147,6 +160,19 @@ def stash_save(view: GitView, *, message: str | None, include_untracked: bool) -
         "include_untracked": include_untracked,
         "changed_paths": sorted(eligible)[:MAX_CHANGED_PATHS],
     }
+
+
+def _links_conflict(what: str, links: list[str], commit: pygit2.Commit | None) -> VersionConflict:
+    shown = ", ".join(links[:20])
+    return VersionConflict(
+        f"{what}: {shown}. libgit2 would write or delete through them (outside the workspace when "
+        "they lead there); remove or rename them first"
+        + (", or pass force=true to discard them." if commit is not None else "."),
+        path=links[0],
+        expected=str(commit.id) if commit is not None else "HEAD",
+        actual="symlink",
+        paths=links[:MAX_CHANGED_PATHS],
+    )
 
 
 def exclude_internal(repo: pygit2.Repository) -> None:
