@@ -7,6 +7,7 @@ read-only; ``.a3s`` is created before the first sandboxed command and bound read
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import shutil
@@ -149,15 +150,13 @@ async def test_b6_sandbox_cannot_plant_a_repository_in_a_workspace_without_one(t
     ws = tmp_path / "ws"
     ws.mkdir()
     pwn = tmp_path / "pwned"
-    attack = f"git init -q . && git config core.fsmonitor 'touch {pwn}; false' && echo PLANTED"
+    attack = (
+        f"git init -q . 2>/dev/null && git config core.fsmonitor 'touch {pwn}; false' && echo PLANTED; "
+        "rmdir .git 2>/dev/null && echo REMOVED; mv .git g 2>/dev/null && echo MOVED; echo done"
+    )
     result = await bash(governed(ws), command=attack)
-    assert "PLANTED" in result.output  # the command itself ran, then its repository was taken away
-    assert result.exit_code == 1
-    assert result.error_kind is not None and result.error_kind["type"] == "permission_denied"
-    assert result.error_kind["reason"] == "protected_path"
-    assert not exists(ws / ".git")
-    kept = result.metadata["quarantined_git"]
-    assert kept.startswith(".a3s/quarantine/") and (ws / kept / "config").read_text().count(str(pwn)) == 1
+    assert stdout(result) == "done\n" and result.error_kind is None
+    assert not exists(ws / ".git") and not exists(ws / "g")
     status = _user_git_status(ws)
     assert status.returncode != 0 and "not a git repository" in status.stderr
     assert not pwn.exists()
@@ -169,8 +168,10 @@ async def test_b6_sandbox_cannot_plant_a_gitdir_file_pointing_elsewhere(tmp_path
     pygit2.init_repository(str(other))
     ws = tmp_path / "ws"
     ws.mkdir()
-    result = await bash(governed(ws), command=f"echo 'gitdir: {other}/.git' > .git && echo PLANTED")
-    assert "PLANTED" in result.output and result.error_kind["reason"] == "protected_path"
+    result = await bash(
+        governed(ws), command=f"echo 'gitdir: {other}/.git' > .git 2>/dev/null && echo PLANTED"
+    )
+    assert "PLANTED" not in result.output
     assert not exists(ws / ".git")
 
 
@@ -187,6 +188,8 @@ async def test_b6_sandbox_cannot_replace_a_symlinked_git_directory(tmp_path):
     result = await bash(governed(ws), command=attack)
     assert "REPLACED" in result.output and result.error_kind["reason"] == "protected_path"
     assert (ws / ".git").is_symlink() and os.readlink(ws / ".git") == str(real / ".git")
+    kept = result.metadata["quarantined_git"]  # the user can still see what the command made
+    assert kept.startswith(".a3s/quarantine/") and str(pwn) in (ws / kept / "config").read_text()
     _user_git_status(ws)
     assert not pwn.exists()
 
@@ -197,3 +200,27 @@ async def test_b6_sandbox_without_git_changes_passes_untouched(tmp_path):
     result = await bash(governed(ws), command="mkdir -p sub && git init -q sub && echo ok")
     assert result.exit_code == 0 and result.error_kind is None and "quarantined_git" not in result.metadata
     assert (ws / "sub" / ".git").is_dir()  # nested repositories stay ordinary content (docs/sandbox.md)
+
+
+async def test_b6_no_repository_appears_while_the_sandboxed_command_runs(tmp_path):
+    """A long command that plants a repository leaves a window in which the user's git (a shell
+    prompt, an editor's git integration polling the folder) would honour it: none may exist even
+    then. The sandbox sees an empty read-only `.git` (an empty `.git` is no repository to git)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    pwn = tmp_path / "pwned"
+    attack = (
+        f"git init -q . 2>/dev/null && echo INITED; git config core.fsmonitor 'touch {pwn}; false' 2>/dev/null "
+        "&& echo CONFIGURED; echo > started; sleep 3; echo done"
+    )
+    call = asyncio.create_task(bash(governed(ws), command=attack))
+    for _ in range(200):
+        if (ws / "started").exists():
+            break
+        await asyncio.sleep(0.05)
+    assert (ws / "started").exists()
+    during = await asyncio.to_thread(_user_git_status, ws)
+    result = await call
+    assert "not a git repository" in during.stderr and not pwn.exists()
+    assert stdout(result).splitlines() == ["done"] and result.error_kind is None
+    assert not exists(ws / ".git")  # the placeholder is gone with the command

@@ -6,13 +6,17 @@ bind what exists. In a workspace without a repository a command could ``git init
 ``git status`` there — or a shell prompt that runs it — would then run the model's program on the
 host. A ``.git`` *symlink* is bound at its target, so the link itself could be swapped the same way.
 
-So: ``observe`` the root entry before a sandboxed command, and ``restore`` after it (every process
-of the sandbox is dead by then). Whatever now stands at ``.git`` that was not there before is moved,
-whole, into ``.a3s/quarantine/`` (never listed, read or written by tools, bound read-only in the
-sandbox; the user can inspect it), and a replaced symlink is put back. Everything happens relative
-to the workspace root's descriptor with ``O_NOFOLLOW`` semantics. What stays open: while the
-command runs, its ``.git`` exists; a host ``git`` run in that directory at that very moment would
-honour it. Nested repositories (``sub/.git``) are ordinary workspace content (docs/sandbox.md).
+So: where there is no ``.git``, the sandbox binds an empty read-only placeholder there for the
+command's lifetime (``mounts.py``): nothing can be created at that path while it runs, and an empty
+``.git`` is no repository to the host's git either. ``observe`` the root entry before a sandboxed
+command, and ``restore`` after it (every process of the sandbox is dead by then): the empty
+placeholder is removed; whatever else now stands at ``.git`` that was not there before (the
+placeholder lost to a concurrent call's clean-up, a replaced symlink) is moved, whole, into
+``.a3s/quarantine/`` (never listed, read or written by tools, bound read-only in the sandbox; the
+user can inspect it), and a replaced symlink is put back. Everything happens relative to the
+workspace root's descriptor with ``O_NOFOLLOW`` semantics. What stays open: a ``.git`` *symlink*
+replaced by a command exists until the command ends. Nested repositories (``sub/.git``) are ordinary
+workspace content (docs/sandbox.md).
 """
 
 from __future__ import annotations
@@ -58,6 +62,10 @@ def restore(root: str, before: RootGit | None) -> str | None:
         after = _entry(fd)
         if after == before:
             return None
+        if before is None and after is not None and after.mode == stat_mod.S_IFDIR:
+            with contextlib.suppress(OSError):
+                os.rmdir(GIT_DIR, dir_fd=fd)  # the sandbox's empty placeholder (mounts.py)
+                return None
         kept = _quarantine(root, fd) if after is not None else None
         if before is not None and before.link is not None:
             os.symlink(before.link, GIT_DIR, dir_fd=fd)
