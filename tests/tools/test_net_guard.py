@@ -44,6 +44,8 @@ LOOPBACK_SPELLINGS = [
     "[::127.0.0.1]",
     "[2002:7f00:1::]",
     "[64:ff9b::127.0.0.1]",
+    "[::ffff:0:127.0.0.1]",  # IPv4-translated (SIIT, RFC 6052 §2.1 / RFC 2765)
+    "[::ffff:0:7f00:1]",
 ]
 
 
@@ -89,6 +91,10 @@ def test_d3_every_loopback_spelling_parses_to_a_blocked_address(host: str) -> No
         ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "Teredo"),
         ("2001:db8::1", "documentation"),
         ("100::1", "discard"),
+        ("::ffff:0:a9fe:a9fe", "link-local"),  # IPv4-translated 169.254.169.254 (SIIT)
+        ("::ffff:0:a00:1", "private"),
+        ("3fff::1", "documentation"),  # RFC 9637
+        ("5f00::1", "SRv6"),  # RFC 9602
     ],
 )
 async def test_d3_names_resolving_to_blocked_ranges_are_refused_before_connecting(
@@ -173,7 +179,14 @@ def test_d3_whatwg_ipv4_forms() -> None:
 
 
 def test_d3_public_addresses_are_not_blocked() -> None:
-    for text in ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111", "::ffff:8.8.8.8", "2002:808:808::1"]:
+    for text in [
+        "93.184.216.34",
+        "8.8.8.8",
+        "2606:4700:4700::1111",
+        "::ffff:8.8.8.8",
+        "2002:808:808::1",
+        "::ffff:0:808:808",
+    ]:
         assert blocked_reason(ipaddress.ip_address(text)) is None, text
 
 

@@ -11,9 +11,11 @@ is refused). A host whose last label is numeric but which is not a valid IPv4 ad
 Blocked: loopback, RFC 1918, CGNAT 100.64/10, link-local, this-network 0/8, the IETF/benchmark/
 documentation nets (192.0.0/24, 198.18/15 — fake-IP DNS —, TEST-NETs), multicast, reserved 240/4,
 broadcast; IPv6 unspecified, loopback, unique-local fc00::/7, link-local fe80::/10, site-local
-fec0::/10, multicast, discard, documentation, Teredo, NAT64 local-use. IPv6 forms that embed an
-IPv4 address — v4-mapped ``::ffff:a.b.c.d``, v4-compatible ``::a.b.c.d``, 6to4 ``2002:AABB:CCDD::``
-and NAT64 ``64:ff9b::a.b.c.d`` — are judged by the IPv4 address inside them.
+fec0::/10, multicast, discard, documentation (2001:db8::/32, 3fff::/20), SRv6 SIDs 5f00::/16,
+Teredo, NAT64 local-use. IPv6 forms that embed an
+IPv4 address — v4-mapped ``::ffff:a.b.c.d``, v4-translated (SIIT) ``::ffff:0:a.b.c.d``,
+v4-compatible ``::a.b.c.d``, 6to4 ``2002:AABB:CCDD::`` and NAT64 ``64:ff9b::a.b.c.d`` — are judged by
+the IPv4 address inside them.
 
 ``LOCAL_NAMES`` / ``local_name_reason(host)``: names that mean "this machine or this network"
 without asking DNS (``localhost``, ``*.localhost``, ``.local``, ``.internal``, single labels …).
@@ -61,6 +63,8 @@ _V6_BLOCKED: tuple[tuple[ipaddress.IPv6Network, str], ...] = tuple(
         ("64:ff9b:1::/48", "NAT64 local-use"),
         ("2001::/32", "Teredo"),
         ("2001:db8::/32", "documentation"),
+        ("3fff::/20", "documentation"),  # RFC 9637 (newer than Python 3.11's table)
+        ("5f00::/16", "SRv6 SIDs"),  # RFC 9602
         ("fc00::/7", "unique-local"),
         ("fe80::/10", "link-local"),
         ("fec0::/10", "site-local"),
@@ -69,6 +73,7 @@ _V6_BLOCKED: tuple[tuple[ipaddress.IPv6Network, str], ...] = tuple(
 )
 
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_V4_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")  # SIIT ::ffff:0:a.b.c.d (RFC 2765)
 _V4_COMPATIBLE = ipaddress.IPv6Network("::/96")
 
 # Names that never need DNS to mean "here" (RFC 6761 localhost, mDNS .local, the ICANN-reserved
@@ -123,12 +128,12 @@ def parse_ip(host: str) -> IPAddress | None:
 
 
 def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 transition form carries (mapped, compatible, 6to4, NAT64)."""
+    """The IPv4 address an IPv6 transition form carries (mapped, translated, compatible, 6to4, NAT64)."""
     if ip.ipv4_mapped is not None:
         return ip.ipv4_mapped
     if ip.sixtofour is not None:
         return ip.sixtofour
-    if ip in _NAT64:
+    if ip in _NAT64 or ip in _V4_TRANSLATED:
         return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
     if ip in _V4_COMPATIBLE and int(ip) > 1:
         return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
