@@ -3,7 +3,8 @@
 Built-in tools declare a pydantic ``Params`` model (``extra="forbid"``); its Draft 2020-12 JSON
 Schema is generated once and cached, and validation runs the model in strict mode, which accepts
 exactly what the generated schema accepts. Host tools registered with a raw JSON Schema are
-validated by a cached ``jsonschema`` validator. Either way a failure is ``invalid_argument`` whose
+validated by a cached ``jsonschema`` validator whose patterns are matched by RE2 in linear time
+(``kernel.schema_patterns``: a schema may come from a hostile MCP server). Either way a failure is ``invalid_argument`` whose
 message names the failing JSON path (``/files/0/limit: …`` or ``$: …``), at most 8 errors.
 """
 
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from kernel.capabilities import ToolCapabilities
 from kernel.errors import InvalidArgument
+from kernel.schema_patterns import check_patterns, linear_validator
 
 if TYPE_CHECKING:
     import jsonschema
@@ -128,7 +130,8 @@ class ToolSpec:
             raise ValueError(f"tool {self.name!r}: schema is larger than {MAX_SCHEMA_BYTES} bytes")
         cls = _validator_class(self.json_schema)
         cls.check_schema(self.json_schema)
-        validator: jsonschema.protocols.Validator = cls(self.json_schema)
+        check_patterns(self.json_schema)  # a pattern RE2 cannot match in linear time refuses the tool
+        validator: jsonschema.protocols.Validator = linear_validator(cls)(self.json_schema)
         return validator
 
     @cached_property

@@ -86,6 +86,19 @@ def test_k4_bad_arguments_are_rejected_before_the_server_sees_them(
     }
 
 
+def test_k4_m1_a_servers_catastrophic_pattern_is_matched_in_linear_time(
+    session: Session, server_dir: Path
+) -> None:
+    """The server's schema says ``pattern: ^(a+)+$``; Python's ``re`` needs hours for 40 ``a`` and a
+    ``!`` (holding the GIL: the whole process would stop). The kernel matches it with RE2."""
+    started = time.monotonic()
+    res = session.tool("mcp__t__shaped", {"code": "a" * 40 + "!"})
+    assert time.monotonic() - started < 5.0
+    assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument", res.output
+    assert not [c for c in calls(server_dir) if c["tool"] == "shaped"]
+    assert session.tool("mcp__t__shaped", {"code": "aaaa"}).output == "shaped aaaa"
+
+
 def test_s5_progress_notifications_arrive_as_events_while_the_call_runs(
     session: Session, server_dir: Path
 ) -> None:
