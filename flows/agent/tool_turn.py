@@ -46,6 +46,8 @@ def parse_arguments(raw: str) -> tuple[Any, str | None]:
         return json.loads(raw), None
     except ValueError as exc:
         return raw, f"the arguments are not valid JSON ({exc})"
+    except RecursionError:  # the model's text, not our bug: the call fails, the run goes on
+        return raw, "the arguments are nested too deeply to parse"
 
 
 def tool_message(call: ToolCall, result: ToolResult, note: str | None = None) -> Message:

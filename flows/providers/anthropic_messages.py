@@ -127,7 +127,7 @@ def _input(arguments: str) -> dict[str, Any]:
     and the model saw why) is replayed as its raw text under ``_raw``."""
     try:
         value = json.loads(arguments or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):
         return {"_raw": arguments}
     return value if isinstance(value, dict) else {"_raw": arguments}
 

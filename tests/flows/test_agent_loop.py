@@ -329,6 +329,29 @@ def test_k4_arguments_that_are_not_json_still_go_through_the_kernel(
     assert next(e.type for e in events if e.tool == "read") == "tool_start"
 
 
+@STREAM_MODES
+def test_k4_arguments_nested_too_deeply_fail_the_call_not_the_run(
+    agent: Agent, workspace: Path, model_env: Any, streaming: bool
+) -> None:
+    """K-4/K-8/A-2: arguments nested 100 000 deep overflow ``json.loads``; that is the call's
+    invalid_argument (the model is told why), never a failed run — and the conversation holding
+    them still goes to the model on the next turn, on either wire."""
+    deep = '{"file_path": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    script = [{"tool_calls": [{"id": "x", "name": "read", "arguments": deep}]}, {"text": "sorry"}]
+    with model_env(ScriptedOpenAIServer(script)) as srv:
+        s = agent.session(workspace, SessionOptions(permission_policy=PermissionPolicy(allow=["read"])))
+        result, _ = _run(s, "read it", streaming)
+        told = _tool_messages(srv.requests[1].body)[0]["content"]
+    assert result.success and result.text == "sorry"
+    assert result.tool_calls[0].error_kind["type"] == "invalid_argument"
+    assert told.startswith("Error (invalid_argument)") and "nested too deeply" in told
+    from flows.providers.anthropic_messages import wire_messages
+    from flows.providers.types import Message, ToolCall
+
+    replay = wire_messages([Message("assistant", "", tool_calls=(ToolCall("x", "read", deep),))])
+    assert replay[0]["content"][0]["input"] == {"_raw": deep}
+
+
 def test_a2_anthropic_wire_run_with_a_tool_call(workspace: Path, model_env: Any) -> None:
     """A-2/G-6: the same loop over the Anthropic Messages wire format, streaming."""
     script = [_turn(("read", {"file_path": "README.md"}), text="Looking."), {"text": "A demo README."}]
