@@ -6,12 +6,14 @@ the call goes on) / raises ``budget_exhausted`` (hard: the call is rejected befo
 Output bytes are charged after projection, so the next call sees them. The agent loop charges each
 model response's usage (``charge_model``) and asks ``check_before_model`` before the next request:
 ``max_model_tokens`` bounds prompt + completion tokens over the session (cached prompt tokens count:
-they are still context the model read).
+they are still context the model read). ``charge_delegated`` adds what delegated ``task`` children
+spent: their budgets were shares of this one.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,6 +119,21 @@ class BudgetTracker:
             self.prompt_tokens += prompt_tokens
             self.completion_tokens += completion_tokens
             self.cached_tokens += cached_tokens
+
+    def charge_delegated(self, usage: Mapping[str, Any]) -> None:
+        """What delegated child runs spent (their ``TaskResult.usage``): their shares came out of
+        this budget, so their tool calls, output bytes and model tokens count here too."""
+
+        def count(key: str) -> int:
+            value = usage.get(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+        with self._lock:
+            self.tool_calls += count("tool_calls")
+            self.output_bytes += count("output_bytes")
+            self.prompt_tokens += count("prompt_tokens")
+            self.completion_tokens += count("completion_tokens")
+            self.cached_tokens += count("cached_tokens")
 
     def check_before_model(self, now_ms: int) -> list[Threshold]:
         """Admit one model request or raise ``budget_exhausted`` (model tokens, wall time); returns

@@ -21,7 +21,7 @@ from flows.task.children import ChildSpec, run_child
 from flows.task.inprocess import as_tool_result, end_data, start_data
 from flows.task.result import TaskResult, task_outcome
 from flows.task.runs import Finished, RunPlan, Suspended, advance, plan_run
-from flows.task.tool import TASK_CHILDREN_SERVICE, TaskCall
+from flows.task.tool import TASK_CHILDREN_SERVICE, TaskCall, charge_children
 from kernel.context import ToolContext
 from kernel.errors import ToolError, Transport
 from kernel.events import Event
@@ -286,6 +286,7 @@ class AgentSegments(abc.ABC):
                 min_success_count=g.get("min_success_count"),
                 timed_out=settled == "timed_out",
             )
+            charge_children(core.kernel.budget, result)  # their shares came out of this run's budget
             result.output, result.metadata = core.kernel.projector.project(
                 g["tool"], result.output, result.metadata
             )

@@ -249,6 +249,15 @@ async def advance(
     return _finished(core, plan, text, True, run.stop_reason, None, value, True, calls=calls)
 
 
+def _spent(core: Any) -> dict[str, int]:
+    """The child session's tool calls and output bytes so far (its budget tracker): the parent is
+    charged them (``flows.task.tool.charge_children``), as it is the model tokens in ``usage``."""
+    tracker = getattr(getattr(core, "kernel", None), "budget", None)
+    if tracker is None:
+        return {}
+    return {"tool_calls": tracker.tool_calls, "output_bytes": tracker.output_bytes}
+
+
 def _call_json(record: Any) -> dict[str, Any]:
     return {"tool": record.tool, "exit_code": record.exit_code}
 
@@ -271,7 +280,7 @@ def _finished(
         error=error,
         session_id=core.id,
         steps=plan.steps_used,
-        usage=dict(plan.usage),
+        usage={**plan.usage, **_spent(core)},
         structured=structured,
         has_structured=has_structured,
         tool_calls=list(calls or []),

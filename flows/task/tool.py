@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from flows.agent.conversation import MODEL_STATE_KEY
+from flows.agent.tool_turn import SUSPEND_KEY
 from flows.task.children import ChildSpec, plan_children
 from flows.task.schema import ParallelTaskParams, TaskParams
 from kernel.context import ToolContext
@@ -92,7 +93,25 @@ async def _run(ctx: ToolContext, tool: str, params: TaskParams | ParallelTaskPar
     runner = ctx.services.get(TASK_CHILDREN_SERVICE)
     if runner is None:
         raise Unsupported(f"{tool}: this session cannot start child runs (no task runner configured)")
-    return await runner.run(ctx, plan_call(ctx, tool, params))
+    result = await runner.run(ctx, plan_call(ctx, tool, params))
+    charge_children(getattr(ctx, "budget", None), result)
+    return result
+
+
+def charge_children(tracker: Any, result: ToolResult) -> None:
+    """Charge the parent's budget with what the finished children of ``result`` spent (K-3).
+
+    Their budgets were shares of the parent's remainder; without this the parent's count never
+    moved and every later ``task`` call handed out the same remainder again. A suspended call (a
+    fleet run's children are jobs) is charged when its results are gathered; a background child's
+    result arrives later and is not charged."""
+    meta = result.metadata if isinstance(result.metadata, dict) else {}
+    if tracker is None or meta.get(SUSPEND_KEY):
+        return
+    for child in meta.get("tasks") or ():
+        usage = child.get("usage") if isinstance(child, dict) else None
+        if isinstance(usage, dict):
+            tracker.charge_delegated(usage)
 
 
 async def run_task(ctx: ToolContext, params: TaskParams) -> ToolResult:

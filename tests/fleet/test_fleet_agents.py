@@ -441,3 +441,28 @@ def test_x3_background_children_on_the_fleet_deliver_their_result_later(
         if json.loads(fields.get("event", "{}")).get("type") == "subagent_end"
     ]
     assert len(ends) == 1 and ends[0]["data"]["background"] and ends[0]["data"]["task_id"] == task_id
+
+
+def test_k3_x3_fleet_children_spend_is_charged_to_the_parents_budget(
+    fleet: FleetEnv, spawn_worker: WorkerFactory, model: Model, ws: Path
+) -> None:
+    """K-3/X-3 on the fleet: children that ran as jobs report what they spent, and the parent's
+    budget is charged with it, so a second ``task`` call on a spent budget starts nothing."""
+    from kernel import Budget
+    from orchestrator import Agent
+
+    env = model.env(fleet)
+    spawn_worker(env, "budget", pool="prefork", concurrency=1)
+    reads = [{"id": f"r{i}", "name": "read", "arguments": {"file_path": "a.txt"}} for i in range(5)]
+    for key in ("fleet spender one", "fleet spender two"):
+        model.scripts[key] = [{"tool_calls": reads}, {"text": f"{key} done"}]
+    options = SessionOptions(permission_policy=PermissionPolicy(allow=["*"]), budget=Budget(max_tool_calls=6))
+    with Agent(env.settings(), model=MODEL) as agent:
+        session = agent.session(str(ws), options)
+        first = session.tasks([item("fleet spender one")])
+        second = session.tasks([item("fleet spender two")])
+    assert first.exit_code == 0, first.output
+    assert first.metadata["tasks"][0]["usage"]["tool_calls"] == 5
+    assert all("alpha" in m for m in tool_messages(model.bodies("fleet spender one")[-1]))
+    assert second.exit_code == 1 and second.error_kind["type"] == "budget_exhausted", second.output
+    assert model.bodies("fleet spender two") == []

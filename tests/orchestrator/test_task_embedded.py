@@ -332,3 +332,26 @@ def test_f2_a_workflow_task_step_fans_out_children(model, agent, ws) -> None:
     result = session.workflow(source=source, input={"query": "kids"})
     assert result.exit_code == 0, result.output
     assert result.metadata["output"] == ["from a", "from b"]
+
+
+def test_k3_x3_what_children_spend_is_charged_to_the_parents_budget(model, agent, ws) -> None:
+    """K-3/X-3: a child's share is taken from what the parent has left, and what the child spent is
+    charged back. Before, the parent's own count did not move, so each new ``task`` call handed
+    its children the whole remainder again and a 6-call budget paid for 9 reads and more."""
+    from kernel import Budget
+
+    reads = [{"id": f"r{i}", "name": "read", "arguments": {"file_path": "a.txt"}} for i in range(5)]
+    for key in ("spender one", "spender two"):
+        model.scripts[key] = [{"tool_calls": reads}, {"text": f"{key} done"}]
+    session = agent.session(
+        str(ws),
+        SessionOptions(permission_policy=PermissionPolicy(allow=["*"]), budget=Budget(max_tool_calls=6)),
+    )
+    first = session.tasks([item("spender one")])
+    assert first.exit_code == 0, first.output
+    assert all("alpha" in m for m in tool_messages(model.bodies("spender one")[-1]))  # 5 of the 5 left
+    assert first.metadata["tasks"][0]["usage"]["tool_calls"] == 5
+    assert session.snapshot()["budget_used"]["tool_calls"] == 6  # its own call and the child's five
+    second = session.tasks([item("spender two")])
+    assert second.exit_code == 1 and second.error_kind["type"] == "budget_exhausted", second.output
+    assert model.bodies("spender two") == []  # no child started on a spent budget
