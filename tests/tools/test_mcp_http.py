@@ -77,3 +77,45 @@ def test_m1_an_unreachable_http_server_is_one_clear_error_naming_it(agent: Agent
         assert status["state"] == "failed"
         assert status["error"].startswith(f"MCP server 'gone' (http: {url}) could not start")
         assert "\n" not in status["error"]
+
+
+def test_m1_a_hostile_http_servers_compressed_reply_is_bounded_like_a_stdio_line(
+    agent: Agent, tmp_path: Path
+) -> None:
+    """M-1: a reply of a few kilobytes that inflates (gzip on gzip) to 256 MiB is cut at the stdio
+    transport's 32 MiB while it is decoded: the call fails ``transport``, memory stays bounded
+    (tracemalloc's peak, which httpx2's own decoding took to 2 GiB for 400 MiB), and the server's
+    well-behaved gzipped replies (its tool list, ``echo``) still work."""
+    import subprocess
+    import sys
+    import tracemalloc
+
+    from tests.tools.mcp_support import SERVER
+
+    port = free_port()
+    hostile = SERVER.parent / "hostile_http_mcp.py"
+    proc = subprocess.Popen([sys.executable, str(hostile), str(port)])
+    try:
+        config = {"h": {"type": "http", "url": f"http://127.0.0.1:{port}/mcp", "startup_timeout_ms": 30000}}
+        deadline = time.monotonic() + 30
+        while True:
+            s = agent.session(tmp_path, SessionOptions(mcp_servers=config))
+            if "mcp__h__echo" in s.tool_names() or time.monotonic() > deadline:
+                break
+            s.close()
+            time.sleep(0.2)
+        assert {"mcp__h__bomb", "mcp__h__echo"} <= set(s.tool_names())
+        assert s.tool("mcp__h__echo", {"text": "fine"}).output == "fine"
+        tracemalloc.start()
+        try:
+            res = s.tool("mcp__h__bomb", {"mib": 256})
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert res.error_kind is not None and res.error_kind["type"] == "transport", res.output
+        assert peak < 160 << 20, f"peaked at {peak >> 20} MiB"
+        assert s.tool("mcp__h__echo", {"text": "again"}).output == "again"  # reconnected
+        s.close()
+    finally:
+        proc.kill()
+        proc.wait()

@@ -352,10 +352,11 @@ async def _list_tools(session: ClientSession) -> tuple[list[types.Tool], bool]:
 @contextlib.asynccontextmanager
 async def _http_transport(config: McpServerConfig) -> Any:
     from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    from tools.mcp.http_limits import bounded_client
 
     assert config.url is not None
-    client = create_mcp_http_client(headers=dict(config.headers) or None)
+    client = bounded_client(dict(config.headers) or None)  # replies capped like stdio lines
     async with client, streamable_http_client(config.url, http_client=client) as streams:
         yield streams
 
