@@ -1,22 +1,29 @@
 """``ls``: one directory's entries, sorted by name, in cursor pages (SPEC B-1).
 
 The cursor is opaque (base64 of the last name returned), so a page boundary stays exact even when
-entries are added before it. ``.a3s/`` is never listed (the workspace hides it).
+entries are added before it. ``.a3s/`` is never listed (the workspace hides it). A page of a local
+directory streams it in a worker thread keeping only the entries it may return
+(``LocalWorkspace.list_page``): memory follows the page, not the directory, and the call's deadline
+and cancel stop the scan.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
+import threading
+import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernel.capabilities import ToolCapabilities
 from kernel.context import ToolContext
-from kernel.errors import InvalidArgument
+from kernel.errors import Cancelled, InvalidArgument, Timeout
 from kernel.result import ToolResult
 from kernel.spec import ToolSpec
+from kernel.workspace import Entry, LocalWorkspace
 
 DEFAULT_PAGE_ENTRIES = 200
 MAX_PAGE_ENTRIES = 1000
@@ -55,13 +62,34 @@ def _fmt_size(n: int) -> str:
     return str(n)
 
 
+async def _page(ctx: ToolContext, params: Params, after: str) -> tuple[list[Entry], bool]:
+    """One page, off the event loop where the directory is on disk (it may hold millions of
+    entries a sandboxed command made): the scan stops at the call's deadline or cancel."""
+    if not isinstance(ctx.workspace, LocalWorkspace):
+        entries = [e for e in ctx.workspace.list_dir(params.path) if e.name > after]
+        return entries[: params.limit], len(entries) > params.limit
+    deadline = time.monotonic() + ctx.remaining_s()
+    stop = threading.Event()
+
+    def check() -> None:
+        if stop.is_set() or ctx.cancelled.is_set():
+            raise Cancelled("ls was cancelled", op="ls")
+        if time.monotonic() >= deadline:
+            raise Timeout("ls timed out while listing the directory", op="ls")
+
+    work = asyncio.get_running_loop().run_in_executor(
+        None, ctx.workspace.list_page, params.path, after, params.limit, check
+    )
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        stop.set()  # the thread notices within PAGE_CHECK_EVERY entries
+        raise
+
+
 async def run(ctx: ToolContext, params: Params) -> ToolResult:
-    entries = ctx.workspace.list_dir(params.path)
-    if params.cursor:
-        after = decode_cursor(params.cursor)
-        entries = [e for e in entries if e.name > after]
-    page = entries[: params.limit]
-    more = len(entries) > len(page)
+    after = decode_cursor(params.cursor) if params.cursor else ""
+    page, more = await _page(ctx, params, after)
     shown = params.path.strip("/") or "."
     lines = [
         f"{shown}/ ({len(page)} entr{'y' if len(page) == 1 else 'ies'}{', more available' if more else ''})"
