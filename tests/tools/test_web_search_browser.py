@@ -298,3 +298,28 @@ def test_d3_w1_no_network_namespace_means_no_headless_tier(tmp_path) -> None:
     assert not (tmp_path / "chromium-netns").exists()
     with pytest.raises(Unsupported, match="not installed"):
         launcher(str(tmp_path), "/usr/bin/chromium", bwrap=str(tmp_path / "missing"))
+
+
+def test_w5_d3_a_page_that_grows_its_dom_is_refused_not_read_whole(agent, tmp_path, server, scope) -> None:
+    """The fetched body is capped (5 MiB), but a page's script can build any DOM it likes: 64 MiB of
+    text here. Its HTML is measured inside the browser and never handed over past 5 MiB: the engine
+    fails (``transport``), this process's memory stays near nothing (tracemalloc's peak), and the
+    browser is closed as always."""
+    import tracemalloc
+
+    grow = "<script>document.body.appendChild(document.createTextNode('x'.repeat(64 << 20)));</script>"
+    page = P.js_rendered_bing_page(P.RESULTS).replace("</body>", grow + "</body>")
+    server.route("/bing_browser", static(200, page, content_type=HTML))
+    s = session(agent, tmp_path, server)
+    tracemalloc.start()
+    try:
+        res = s.tool("web_search", {"query": P.QUERY, "engines": ["bing_browser"], "timeout": 60})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert res.exit_code == 1, res.output
+    [outcome] = [o for o in res.metadata["engine_outcomes"] if o["engine"] == "bing_browser"]
+    assert outcome["failure_kind"] == "transport", outcome
+    assert "larger than" in json.dumps(res.metadata["engine_errors"]), res.metadata["engine_errors"]
+    assert peak < 48 << 20, f"peaked at {peak >> 20} MiB"
+    assert wait_gone(scope) == []

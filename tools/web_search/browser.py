@@ -22,6 +22,8 @@ Invariants:
   styles), fetched through the safe transport (``SafeHttp``: SSRF guard, pinned connections, the
   request-level proxy) and fulfilled from there; redirects come back to Chromium as 3xx answers, so
   each hop is intercepted and checked again.
+- The rendered HTML is measured in the browser and handed over only up to ``MAX_RENDERED_CHARS``
+  (a page's script can grow its DOM past any body limit): a larger page fails the engine.
 - The environment handed to Chromium is minimal (PATH, HOME and XDG dirs in the temp directory):
   no API key or other secret of this process reaches the browser.
 """
@@ -45,6 +47,14 @@ CLOSE_BUDGET_S = 2.0
 LAUNCH_GRACE_S = 10.0  # a launch interrupted by a cancel is waited for (and failed) this long
 MAX_ROUTED_BODY_BYTES = 5 * 1024 * 1024
 MARKER_PREFIX = "a3s-chromium-"
+# A page's script may build any DOM (the fetched body is capped, the DOM is not): its HTML is
+# measured in the browser, as ``page.content()`` builds it, and handed over only when it fits.
+MAX_RENDERED_CHARS = 5 * 1024 * 1024
+BOUNDED_HTML_JS = """(limit) => {
+  let html = document.doctype ? new XMLSerializer().serializeToString(document.doctype) : "";
+  if (document.documentElement) html += document.documentElement.outerHTML;
+  return html.length > limit ? null : html;
+}"""
 BLOCKED_RESOURCES = frozenset(
     {"image", "font", "media", "stylesheet", "manifest", "texttrack", "beacon", "ping"}
 )
@@ -68,6 +78,10 @@ CHROMIUM_ARGS = (
     "--no-pings",
     "--host-resolver-rules=MAP * ~NOTFOUND",
 )
+
+
+class _TooLarge(Exception):
+    pass
 
 
 def marked_processes(marker: str) -> list[int]:
@@ -196,7 +210,14 @@ class BrowserPool:
                 if wait_for:
                     with contextlib.suppress(Exception):  # no match: the parser reports empty
                         await page.wait_for_selector(wait_for, timeout=min(ms, 3000), state="attached")
-                html = await page.content()
+                html = await page.evaluate(BOUNDED_HTML_JS, MAX_RENDERED_CHARS)
+                if html is None:  # measured in the browser: the oversized DOM never reaches us
+                    raise _TooLarge
+            except _TooLarge:
+                raise Transport(
+                    f"web_search: the rendered page is larger than {MAX_RENDERED_CHARS} characters",
+                    op="web_search",
+                ) from None
             except Exception as exc:
                 if self.proxy_refused is not None:
                     raise self.proxy_refused from None
