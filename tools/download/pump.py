@@ -118,6 +118,8 @@ async def run_pump(
             await asyncio.wait({waiter})
         except BaseException:
             concurrent.futures.wait([job])  # cancelled again: block; the stopped thread ends at once
+        if waiter.done() and not waiter.cancelled():
+            waiter.exception()  # the stopped pump's BodyStopped: retrieved, not logged as stray
         report()
         raise
     report()
