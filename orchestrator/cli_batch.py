@@ -37,6 +37,8 @@ def _one_line_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except BrokenPipeError:  # `| head` closed stdout: click ends quietly (exit 1), as for any command
+            raise
         except KeyboardInterrupt:
             click.echo(
                 "\nerror: interrupted (finished jobs are in the results file; rerun to continue)", err=True

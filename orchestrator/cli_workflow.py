@@ -45,6 +45,8 @@ def _one_line_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except BrokenPipeError:  # `| head` closed stdout: click ends quietly (exit 1), as for any command
+            raise
         except KeyboardInterrupt:
             click.echo("error: interrupted", err=True)
             sys.exit(130)

@@ -136,3 +136,33 @@ def test_f6_verify_checks_its_report_paths_before_the_plan_runs(tmp_path: Path) 
         ok.returncode == 0 and (tmp_path / "new/dir/r.json").exists() and (tmp_path / "ran.marker").exists()
     )
     assert not list((tmp_path / "new/dir").glob(".*probe"))
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["tools"],
+        ["tool", "read", '{"file_path": "big.txt"}'],
+        ["verify", "p.json"],
+        ["workflow", "history", "wf-pipe", "--json"],
+    ],
+)
+def test_k8_a_reader_that_stops_early_ends_the_command_quietly(tmp_path: Path, command: list[str]) -> None:
+    """`a3s-fleet … | head -1`: the reader closes the pipe; the command stops and says nothing, as
+    click ends any command whose stdout is gone (exit 1) — not `error: BrokenPipeError`, exit 2."""
+    (tmp_path / "big.txt").write_text("line\n" * 5000)
+    _plan(tmp_path / "p.json", [{"id": "a", "command": "true"}])
+    (tmp_path / "flow.js").write_text(
+        "async function run(wf) { await wf.step('a', 'ls', {}); await wf.step('b', 'ls', {}); return 1 }"
+    )
+    made = run(["workflow", "run", "flow.js", "--run-id", "wf-pipe"], tmp_path)
+    assert made.returncode == 0, made.stderr
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("A3S_")}
+    with subprocess.Popen(
+        [*BIN, *command], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # the reader is gone before the first line is written
+        err = proc.stderr.read().decode()
+        code = proc.wait(timeout=90)
+    assert (code, err) == (1, "")
