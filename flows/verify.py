@@ -145,15 +145,23 @@ def plan_from_commands(title: str, commands: Iterable[Mapping[str, Any] | Comman
 
 
 def describe_validation_error(exc: ValidationError) -> str:
+    every = exc.errors()
+    # pydantic counts only the items that validated, so one bad command also reports `commands` as
+    # too short ("at least 1 item …, not 0"): drop a length error whose items have errors of their own.
+    errors = [e for e in every if not (e["type"] == "too_short" and _has_inner_errors(e["loc"], every))]
     parts = []
-    for err in exc.errors()[:MAX_REPORTED_ERRORS]:
+    for err in errors[:MAX_REPORTED_ERRORS]:
         where = _loc(err.get("loc", ()))
         message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         parts.append(f"{where}: {message}" if where else message)
-    more = len(exc.errors()) - MAX_REPORTED_ERRORS
+    more = len(errors) - MAX_REPORTED_ERRORS
     if more > 0:
         parts.append(f"… and {more} more")
     return "; ".join(parts)
+
+
+def _has_inner_errors(loc: tuple[Any, ...], errors: Iterable[Any]) -> bool:
+    return any(len(e["loc"]) > len(loc) and tuple(e["loc"][: len(loc)]) == tuple(loc) for e in errors)
 
 
 def _loc(loc: Iterable[Any]) -> str:

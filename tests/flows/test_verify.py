@@ -387,3 +387,17 @@ def test_f6_session_verify_commands_takes_the_reference_shape(agent: Agent, tmp_
     assert report.commands[0].timeout_ms == 5000 and sorted(seen) == ["opt", "unit"]
     with pytest.raises(InvalidArgument, match="verify_commands: commands: Tuple should have at least 1 item"):
         session.verify_commands("t", [])
+
+
+def test_f6_a_bad_command_in_a_plan_is_named_without_a_false_count_error() -> None:
+    """A typo in one command is that command's error only: pydantic also reports the list as empty
+    ("commands: Tuple should have at least 1 item") because the bad item did not validate, which
+    contradicts a plan that plainly has one command."""
+    with pytest.raises(InvalidArgument) as info:
+        build_plan(
+            {"title": "t", "commands": [{"id": "a", "command": "true", "timeout": 5}]}, source="p.toml"
+        )
+    assert info.value.message == "p.toml: commands[0].timeout: Extra inputs are not permitted"
+    with pytest.raises(InvalidArgument) as empty:  # an empty list is still reported as such
+        build_plan({"title": "t", "commands": []}, source="p.toml")
+    assert "commands: Tuple should have at least 1 item" in empty.value.message
