@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from flows.verify import CommandResult, VerificationReport
 
 WORKFLOW_PROGRESS_POLL_S = 0.1
+GLOB_PAGE_LIMIT = 1000  # search's largest page (tools/search/grep.py MAX_PAGE_LIMIT): fewest calls
 
 
 class InvocationRuntime:
@@ -377,13 +378,24 @@ class Session(AgentRuns):
         return _text(self.tool("search", {"mode": "grep", "query": pattern, **kwargs}))
 
     def glob(self, pattern: str, **kwargs: Any) -> list[str]:
-        """``search`` mode ``glob``: the matching workspace-relative paths."""
-        result = self.tool("search", {"mode": "glob", "query": pattern, **kwargs})
-        _text(result)
-        paths = result.metadata.get("paths")
-        if isinstance(paths, list):
-            return [str(p) for p in paths]
-        return [line for line in result.output.splitlines() if line and not line.startswith(("More ", "("))]
+        """``search`` mode ``glob``: every matching workspace-relative path, page after page (each
+        page one call); with ``limit`` or ``cursor`` given, that one page."""
+        one_page = "limit" in kwargs or "cursor" in kwargs
+        args: dict[str, Any] = {"limit": GLOB_PAGE_LIMIT, **kwargs, "mode": "glob", "query": pattern}
+        out: list[str] = []
+        while True:
+            result = self.tool("search", args)
+            _text(result)
+            paths = result.metadata.get("paths")
+            if not isinstance(paths, list):
+                lines = result.output.splitlines()
+                return out + [line for line in lines if line and not line.startswith(("More ", "("))]
+            out += [str(p) for p in paths]
+            page = result.metadata.get("page")
+            more = page.get("next_cursor") if isinstance(page, dict) else None
+            if one_page or not more:
+                return out
+            args["cursor"] = more
 
     def git(self, command: str | dict[str, Any], subcommand: str | None = None, **kwargs: Any) -> ToolResult:
         """The ``git`` tool: ``git("log", limit=5)`` or the raw arguments as a dict."""

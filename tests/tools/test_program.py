@@ -453,3 +453,25 @@ def test_k6_closing_the_session_kills_a_running_program(agent: Agent, workspace:
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_p3_x1_glob_returns_every_match_not_the_first_page(agent: Agent, workspace: Path) -> None:
+    """README's first program counts files with `(await ctx.glob('**/*.py')).length`: on a checkout
+    with 442 .py files it answered 200 (search's default page) and said nothing. `ctx.glob` and
+    `session.glob` follow the pages; with an explicit `limit` the caller asked for one page."""
+    for i in range(1234):
+        (workspace / "pkg" / f"d{i % 7}").mkdir(parents=True, exist_ok=True)
+        (workspace / "pkg" / f"d{i % 7}" / f"m{i}.py").write_text("")
+    everything = len(list(workspace.rglob("*.py")))  # 1234 and the fixture's src/app.py
+    s = agent.session(workspace)
+    result = s.program(
+        {
+            "source": "async function run(ctx) { const all = await ctx.glob('**/*.py');"
+            " const page = await ctx.glob('**/*.py', {limit: 5}); return [all.length, new Set(all).size, page.length] }",
+            "allowedTools": ["glob"],
+        }
+    )
+    assert result.exit_code == 0, result.output
+    assert result.metadata["script_result"] == [everything, everything, 5]
+    assert len(set(s.glob("**/*.py"))) == everything
+    assert len(s.glob("**/*.py", limit=5)) == 5

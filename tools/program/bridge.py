@@ -12,7 +12,8 @@ parallel-safe (K-5, like ``batch``), otherwise in order.
 
 Results are handed to the script bounded: ``text`` to ``maxOutputBytes`` (UTF-8-safe, with a marker),
 ``metadata`` compacted when its JSON is larger than that. ``readFile`` strips ``read``'s line
-numbers and footers; ``glob`` returns the list of paths; both reject on a failed call.
+numbers and footers; ``glob`` returns the list of paths (the prelude follows its pages); both reject
+on a failed call.
 """
 
 from __future__ import annotations
@@ -176,7 +177,10 @@ class ProgramBridge:
             paths = result.metadata.get("paths")
             if not isinstance(paths, list):
                 paths = [ln for ln in result.output.splitlines() if ln and not ln.startswith(("More ", "("))]
-            return {"ok": True, "value": [str(p) for p in paths]}
+            page = result.metadata.get("page")
+            more = page.get("next_cursor") if isinstance(page, dict) else None
+            # The prelude's ctx.glob asks for the next page with `more` (each page is one call).
+            return {"ok": True, "value": {"paths": [str(p) for p in paths], "more": more}}
         return {
             "ok": True,
             "value": {

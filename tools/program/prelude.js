@@ -16,6 +16,7 @@
   const logs = [];
   let logBytes = 0;
   const MAX_LOG_BYTES = 16384;
+  const GLOB_PAGE_LIMIT = 1000; // search's largest page (tools/search/grep.py MAX_PAGE_LIMIT)
 
   for (const name of ["fetch", "WebSocket", "Worker", "XMLHttpRequest", "require", "process", "std", "os", "eval"]) {
     Object.defineProperty(globalThis, name, { value: undefined, writable: false, configurable: false, enumerable: false });
@@ -76,6 +77,23 @@
     return v;
   }
 
+  // Every match, page by page (each page one `search` call); an explicit limit or cursor asks for
+  // that one page only. A script counting `(await ctx.glob('**/*.py')).length` must not get 200.
+  function globAll(pattern, opts) {
+    const given = opts || {};
+    const onePage = given.limit !== undefined || given.cursor !== undefined;
+    const paths = [];
+    const page = function (cursor) {
+      const args = Object.assign({}, given, onePage ? {} : { limit: GLOB_PAGE_LIMIT });
+      if (cursor) args.cursor = cursor;
+      return request("glob", { pattern: pattern, opts: args }).then(function (v) {
+        for (const p of v.paths) paths.push(p);
+        return v.more && !onePage ? page(v.more) : paths;
+      });
+    };
+    return page(null);
+  }
+
   function programContext() {
     const call = function (name, args) {
       return request("tool", { name: name, args: args === undefined ? {} : args }).then(toolResult);
@@ -94,7 +112,7 @@
       search: function (args) { return call("search", args); },
       grep: function (query, opts) { return request("grep", { query: query, opts: opts || {} }).then(toolResult); },
       bm25: function (query, opts) { return request("bm25", { query: query, opts: opts || {} }).then(toolResult); },
-      glob: function (pattern, opts) { return request("glob", { pattern: pattern, opts: opts || {} }); },
+      glob: globAll,
       ls: function (path) { return call("ls", asObject(path, "path")); },
       bash: function (command, opts) { return call("bash", Object.assign({}, opts || {}, asObject(command, "command"))); },
       git: function (args) { return call("git", asObject(args, "command")); },
