@@ -110,6 +110,11 @@ class BudgetTracker:
                     )
             return crossed
 
+    def wall_time_left_ms(self, now_ms: int) -> int | None:
+        """What is left of ``max_wall_time_ms`` (None: no limit): a running call's deadline too."""
+        limit = self.budget.max_wall_time_ms
+        return None if limit is None else limit - (now_ms - self.started_ms)
+
     def charge_output(self, nbytes: int) -> None:
         with self._lock:
             self.output_bytes += nbytes

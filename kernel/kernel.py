@@ -461,6 +461,12 @@ class Kernel:
         deadline = now() + timeout_ms / 1000
         if inv.deadline is not None:
             deadline = min(deadline, inv.deadline)
+        # The wall-time budget bounds what runs, not only what starts (a nested workflow's own
+        # timeout is 24 h): past it the call ends as budget_exhausted, not as the tool's timeout.
+        wall_left_ms = self.budget.wall_time_left_ms(self.clock.now_ms())
+        wall_deadline = None if wall_left_ms is None else now() + max(0, wall_left_ms) / 1000
+        if wall_deadline is not None:
+            deadline = min(deadline, wall_deadline)
         # An inline body gets the parameters only: its context is just the cancellation flag.
         ctx: Any = _InlineContext() if inv.inline is not None else self._context(inv, spec, deadline, label)
         started = now()
@@ -482,6 +488,15 @@ class Kernel:
         except TimeoutError:
             ctx.cancelled.set()
             duration_ms = int((now() - started) * 1000)
+            if wall_deadline is not None and deadline >= wall_deadline and now() >= wall_deadline:
+                limit = self.budget.budget.max_wall_time_ms or 0
+                raise BudgetExhausted(
+                    f"Budget exhausted: wall_time_ms {limit} of {limit} used while '{inv.name}' ran",
+                    resource="wall_time_ms",
+                    reason=f"wall_time_ms limit {limit} reached",
+                    consumed=limit,
+                    limit=limit,
+                ) from None
             raise Timeout(
                 f"Tool '{inv.name}' timed out after {timeout_ms}ms", op=inv.name, duration_ms=duration_ms
             ) from None

@@ -45,6 +45,38 @@ def test_k3_wall_time_budget(agent: Agent, workspace: Path) -> None:
     assert res.error_kind and res.error_kind["resource"] == "wall_time_ms"
 
 
+def test_k3_a_running_call_ends_where_the_wall_time_budget_ends(agent: Agent, workspace: Path) -> None:
+    """K-3: the wall-time budget is a deadline for what runs, not only a check before it: a call
+    admitted with 1.5 s left (a 20 s ``bash``, a nested workflow, a ``task`` whose children got the
+    same remainder) ends there as ``budget_exhausted{wall_time_ms}``. Before, it ran to its own
+    timeout — a workflow's is 24 h."""
+    import asyncio
+    import time
+
+    from kernel import PermissionPolicy
+
+    options = SessionOptions(
+        budget=Budget(max_wall_time_ms=1500), permission_policy=PermissionPolicy(allow=["*"])
+    )
+    s = agent.session(workspace, options)
+
+    async def slow(_args: Any) -> str:
+        await asyncio.sleep(20)
+        return "too late"
+
+    s.register_tool("slow", slow, description="x", parameters={"type": "object"})
+    started = time.monotonic()
+    res = s.tool("slow", {})
+    assert time.monotonic() - started < 5
+    assert res.error_kind is not None and res.error_kind["type"] == "budget_exhausted", res.error_kind
+    assert res.error_kind["resource"] == "wall_time_ms"
+    s = agent.session(workspace, options)
+    started = time.monotonic()
+    res = s.model_tool_call("bash", {"command": "sleep 20; echo too late", "timeout": 30000})
+    assert time.monotonic() - started < 5
+    assert res.error_kind is not None and res.error_kind["resource"] == "wall_time_ms", res.error_kind
+
+
 def test_lifecycle_has_exactly_one_terminal_transition() -> None:
     lc = Lifecycle()
     lc.to(State.ADMITTED)
