@@ -185,6 +185,8 @@ class OneLineGroup(click.Group):
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
+        if sys.stdout is None:  # started with stdout closed (`>&-`, some daemons): discard, still run
+            sys.stdout = open(os.devnull, "w")  # kept open for the life of the process
         try:
             code = super().main(*args, **kwargs)
         except click.exceptions.NoArgsIsHelpError as exc:  # `a3s-fleet` alone: the help text

@@ -166,3 +166,31 @@ def test_k8_a_reader_that_stops_early_ends_the_command_quietly(tmp_path: Path, c
         err = proc.stderr.read().decode()
         code = proc.wait(timeout=90)
     assert (code, err) == (1, "")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["verify", "p.json", "--json", "r.json"],
+        ["tool", "write", '\'{"file_path": "ran.marker", "content": "x"}\''],
+        ["run", "hi", "--model", "scripted:demo.json", "--allow", "write"],
+    ],
+)
+def test_k8_a_command_started_with_stdout_closed_still_runs(tmp_path: Path, command: list[str]) -> None:
+    """`a3s-fleet … >&-` (a cron line, a daemon): Python has no sys.stdout; verify's progress raised
+    AttributeError with a traceback, `tool` and `run` failed with `error: AttributeError`, nothing ran."""
+    _plan(tmp_path / "p.json", [{"id": "a", "command": "touch ran.marker"}])
+    write = {"name": "write", "arguments": {"file_path": "ran.marker", "content": "x"}}
+    (tmp_path / "demo.json").write_text(json.dumps({"turns": [{"tool_calls": [write]}, {"text": "done"}]}))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("A3S_")}
+    cli = " ".join([*BIN, *command])
+    out = subprocess.run(
+        ["bash", "-c", f"exec >&-; {cli}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=clean,
+        timeout=90,
+    )
+    assert (out.returncode, "Traceback" in out.stderr, "error" in out.stderr) == (0, False, False), out.stderr
+    assert (tmp_path / "ran.marker").exists()
