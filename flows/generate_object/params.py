@@ -119,6 +119,9 @@ class Params(BaseModel):
         except jsonschema.SchemaError as exc:
             where = "/".join(str(p) for p in exc.path) or "(root)"
             raise ValueError(f"not a valid draft 2020-12 schema at {where}: {exc.message}") from None
+        from kernel.schema_patterns import check_patterns
+
+        check_patterns(value)  # PatternRefused is a ValueError: the schema is refused before any request
         return value
 
     @field_validator("prompt")

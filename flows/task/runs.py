@@ -162,7 +162,9 @@ def structured_answer(text: str, schema: dict[str, Any]) -> tuple[Any, list[str]
         return None, [f"the final answer is not JSON ({exc})"]
     import jsonschema  # on first use: session builds stay free of it (CLI start-up, issue 13 item 7)
 
-    validator = jsonschema.Draft202012Validator(schema)
+    from kernel.schema_patterns import linear_validator  # the model wrote both: RE2, not re (K-4)
+
+    validator = linear_validator(jsonschema.Draft202012Validator)(schema)
     errors = [
         f"{'/' + '/'.join(str(p) for p in e.absolute_path) if e.absolute_path else '$'}: {e.message}"
         for e in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))

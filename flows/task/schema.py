@@ -180,6 +180,14 @@ def check_output_schema(schema: dict[str, Any]) -> None:
         raise PydanticCustomError(
             "invalid_output_schema", "output_schema is not a valid JSON Schema: {why}", {"why": exc.message}
         ) from None
+    from kernel.schema_patterns import PatternRefused, check_patterns
+
+    try:
+        check_patterns(schema)  # its patterns are matched by RE2 (flows.task.runs.structured_answer)
+    except PatternRefused as exc:
+        raise PydanticCustomError(
+            "invalid_output_schema", "output_schema: {why}", {"why": str(exc)}
+        ) from None
 
 
 def normalize_task_options(options: dict[str, Any]) -> dict[str, Any]:

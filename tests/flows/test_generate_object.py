@@ -110,6 +110,8 @@ def test_g4_gives_up_after_max_repair_attempts(agent: Agent, workspace: Path, en
         ({"schema": PERSON, "prompt": "x", "timeout_ms": 600_001}, "/timeout_ms"),
         ({"schema": PERSON}, "/prompt"),
         ({"schema": PERSON, "prompt": "x", "extra": 1}, "/extra"),
+        # K-4: a pattern RE2 cannot match in linear time (lookaround, backreference)
+        ({"schema": {"type": "string", "pattern": "^(?=a)a+$"}, "prompt": "x"}, "/schema"),
         (
             {
                 "schema": {
@@ -132,6 +134,25 @@ def test_g1_k4_bad_arguments_fail_before_any_request(
         assert srv.requests == []
     assert result.exit_code == 1 and result.error_kind["type"] == "invalid_argument"
     assert path in result.output
+
+
+def test_g4_k4_a_catastrophic_pattern_is_matched_in_linear_time(
+    agent: Agent, workspace: Path, env: Any
+) -> None:
+    """G-4/K-4: the schema says ``^(a+)+$`` and the model answers 34 ``a`` and a ``!``: jsonschema's
+    ``re`` needs minutes per check (the answer and every repair), holding the GIL; RE2 answers at
+    once and the call fails typed after its repairs."""
+    import time
+
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(a+)+$"}}}
+    with env(ScriptedOpenAIServer([_object_turn({"code": "a" * 34 + "!"})], repeat_last=True)):
+        started = time.monotonic()
+        result = agent.session(workspace).tool(
+            "generate_object", {"schema": schema, "prompt": "x", "max_repair_attempts": 2}
+        )
+    assert time.monotonic() - started < 10
+    assert result.exit_code == 1 and result.error_kind["type"] == "invalid_argument"
+    assert "does not match" in result.output
 
 
 def test_g1_a_deep_schema_is_refused(agent: Agent, workspace: Path, env: Any) -> None:

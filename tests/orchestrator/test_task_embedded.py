@@ -355,3 +355,25 @@ def test_k3_x3_what_children_spend_is_charged_to_the_parents_budget(model, agent
     second = session.tasks([item("spender two")])
     assert second.exit_code == 1 and second.error_kind["type"] == "budget_exhausted", second.output
     assert model.bodies("spender two") == []  # no child started on a spent budget
+
+
+def test_x3_k4_a_catastrophic_output_schema_pattern_is_matched_in_linear_time(model, agent, ws) -> None:
+    """X-3/K-4: the model writes the ``output_schema`` and the child writes the answer. jsonschema's
+    ``re`` needs minutes for ``^(a+)+$`` against 34 ``a`` and a ``!`` (three times: the answer and
+    two repairs), holding the GIL. The answer is checked by RE2 and fails in well under a second;
+    a pattern RE2 cannot match in linear time refuses the call before any child starts."""
+    import time
+
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(a+)+$"}}}
+    evil = '{"code": "' + "a" * 34 + '!"}'
+    model.scripts["shaped"] = [{"text": evil}, {"text": evil}, {"text": evil}]
+    session = agent.session(str(ws), ALLOW_ALL)
+    started = time.monotonic()
+    result = session.task(item("shaped answer", output_schema=schema))
+    assert time.monotonic() - started < 10
+    assert result.exit_code == 1 and result.metadata["tasks"][0]["error_kind"]["type"] == "invalid_argument"
+    lookahead = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(?=a)a+$"}}}
+    refused = session.task(item("never asked", output_schema=lookahead))
+    assert refused.exit_code == 1 and refused.error_kind["type"] == "invalid_argument"
+    assert "linear time" in refused.output
+    assert model.bodies("never asked") == []
