@@ -1,4 +1,4 @@
-"""``ls`` of a huge directory keeps its deadline and its memory (SPEC B-1, K-8).
+"""``ls`` and ``search`` over a huge directory keep their deadline and memory (SPEC B-1, K-8).
 
 Found by the issue-15 attack run: a sandboxed command can fill a directory with hundreds of
 thousands of entries in seconds; ``ls`` of it (5 entries asked for) then listed and stat'ed every
@@ -39,7 +39,7 @@ def huge(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _session(agent: Agent, root: Path, **options):  # type: ignore[no-untyped-def]
-    policy = PermissionPolicy(allow=["ls"])
+    policy = PermissionPolicy(allow=["ls", "search"])
     return agent.session(str(root), options=SessionOptions(permission_policy=policy, **options))
 
 
@@ -89,6 +89,34 @@ def test_k8_ls_of_a_huge_directory_keeps_its_deadline_and_the_loop(huge: Path) -
         assert elapsed < 1.0, f"ls took {elapsed:.2f}s against a 150 ms deadline"
         assert result.error_kind is None or result.error_kind["type"] == "timeout"
         assert max(stalls) < 1.0, f"another call waited {max(stalls):.2f}s"
+
+
+def _cursor_after(name: str) -> str:
+    from tools.ls import encode_cursor
+
+    return encode_cursor(name)
+
+
+@pytest.mark.parametrize("query", ["**/f00000*", "*.py"])
+def test_k8_glob_over_a_huge_directory_keeps_its_deadline(huge: Path, query: str) -> None:
+    """ripgrep lists 250,000 names quickly; each was then lstat'ed (matching or not) with no
+    deadline check, so a 1.5 s deadline answered at 3.5 s (the 2 s grace for a stopping scan) and
+    the scan went on behind the result. Only matching names are lstat'ed now, under the deadline."""
+    with Agent() as agent:
+        s = _session(agent, huge, tool_timeouts_ms={"search": 1500})
+        t0 = time.monotonic()
+        result = s.model_tool_call("search", {"mode": "glob", "query": query, "sort": "path"})
+        elapsed = time.monotonic() - t0
+        kind = result.error_kind["type"] if result.error_kind else None
+        cpu = time.process_time()
+        time.sleep(1.0)
+        after = time.process_time() - cpu
+        assert elapsed < 2.5, f"glob took {elapsed:.2f}s against a 1.5 s deadline ({kind})"
+        assert kind in (None, "timeout"), result.output
+        assert after < 0.3, f"the scan went on after the call returned ({after:.2f}s CPU in 1 s)"
+        if kind is None and query != "*.py":
+            first = result.output.splitlines()[0]
+            assert first == f"d/f0000000{NAME_PAD}", first[:16]
 
 
 def _cursor_after(name: str) -> str:
