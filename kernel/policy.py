@@ -4,7 +4,7 @@
 The tool part is a glob on the tool name (``mcp__github__*``); the specifier is a glob on the call's
 *subjects*: the resolved workspace-relative paths of file tools (every file a patch touches), each
 command a ``bash`` line runs (``kernel.shell_commands``), the host for web tools, the ``mode`` for
-``search``. Globs are ``fnmatch`` globs, so ``*`` also crosses ``/`` (``read(src/*)`` covers all
+``search``. Globs are ``fnmatch`` globs (matched in linear time by ``glob_fullmatch``), so ``*`` also crosses ``/`` (``read(src/*)`` covers all
 of ``src/``).
 
 A call may have several subjects, and every one must pass: the call is denied if any subject is
@@ -22,6 +22,7 @@ policy. It is data, so it travels in snapshots and a worker enforces it like any
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -66,7 +67,6 @@ class Rule:
     text: str
     tool: re.Pattern[str]
     atoms: tuple[Atom, ...] | None  # None: no specifier, the rule matches every call of the tool
-    covers_rx: re.Pattern[str] | None
 
     @classmethod
     def parse(cls, text: str) -> Rule:
@@ -76,9 +76,9 @@ class Rule:
         tool, spec = m.group(1), m.group(2)
         tool_rx = re.compile(translate(tool))
         if spec is None or spec.strip() in ("", "*", "**"):
-            return cls(text=text.strip(), tool=tool_rx, atoms=None, covers_rx=None)
+            return cls(text=text.strip(), tool=tool_rx, atoms=None)
         atoms = glob_atoms(spec.strip())
-        return cls(text.strip(), tool_rx, atoms, re.compile(_covers_regex(atoms), re.DOTALL))
+        return cls(text.strip(), tool_rx, atoms)
 
     def applies_to(self, tool: str) -> bool:
         return self.tool.match(tool) is not None
@@ -95,9 +95,9 @@ class Rule:
         """Allow: does the specifier match every text of one allow form of ``subject``?"""
         if self.atoms is None:
             return True
-        if subject is None or self.covers_rx is None:
+        if subject is None:
             return False
-        return any(self.covers_rx.fullmatch(_with_unknowns(form)) is not None for form in subject.allow)
+        return any(glob_fullmatch(self.atoms, _with_unknowns(form)) for form in subject.allow)
 
     def matches(self, tool: str, subject: str | None) -> bool:
         """One literal subject (kept for callers that have a plain string)."""
@@ -219,19 +219,39 @@ def glob_atoms(pattern: str) -> tuple[Atom, ...]:
     return tuple(atoms)
 
 
-def _covers_regex(atoms: tuple[Atom, ...]) -> str:
-    """A regex over text where ``UNKNOWN_MARK`` is an unknown part: only ``*`` may consume one."""
-    parts: list[str] = []
-    for kind, value in atoms:
-        if kind == "*":
-            parts.append(".*")
-        elif kind == "?":
-            parts.append("[^\\x00]")
-        elif kind == "[":
-            parts.append(f"(?:(?!\\x00){value})")
+def glob_fullmatch(atoms: tuple[Atom, ...], text: str) -> bool:
+    """Does the glob match all of ``text`` (where ``UNKNOWN_MARK`` is an unknown part: only ``*`` may
+    consume one)? Linear glob matching — only the last ``*`` is ever retried, O(len(text)·len(atoms)):
+    the model chooses ``text``, and as a backtracking regex ``*curl*|*sh*`` took 49.5 s on 16 KB."""
+    i = j = 0
+    star, mark = -1, 0
+    while j < len(text):
+        if i < len(atoms) and atoms[i][0] == "*":
+            star, mark = i, j
+            i += 1
+        elif i < len(atoms) and _atom_matches(atoms[i], text[j]):
+            i += 1
+            j += 1
+        elif star >= 0:
+            i, mark = star + 1, mark + 1
+            j = mark
         else:
-            parts.append(re.escape(value))
-    return "".join(parts)
+            return False
+    while i < len(atoms) and atoms[i][0] == "*":
+        i += 1
+    return i == len(atoms)
+
+
+def _atom_matches(atom: Atom, char: str) -> bool:
+    kind, value = atom
+    if kind == "c":
+        return char == value
+    return char != UNKNOWN_MARK and (kind == "?" or _class_matches(value, char))
+
+
+@functools.lru_cache(maxsize=4096)
+def _class_matches(char_class: str, char: str) -> bool:
+    return re.fullmatch(char_class, char, re.DOTALL) is not None
 
 
 def _with_unknowns(form: Segments) -> str:
@@ -265,10 +285,7 @@ def _intersects(rule: tuple[Atom, ...], form: Segments) -> bool:
     in doubt (a product too large to explore) it answers True.
     """
     if all(seg is not None for seg in form):
-        return (
-            re.fullmatch(_covers_regex(rule), "".join(s for s in form if s is not None), re.DOTALL)
-            is not None
-        )
+        return glob_fullmatch(rule, "".join(s for s in form if s is not None))
     f = _form_atoms(form)
     r_len, f_len = len(rule), len(f)
     if (r_len + 1) * (f_len + 1) > MAX_INTERSECTION_STATES:

@@ -292,3 +292,43 @@ def test_k3_path_rules_match_the_resolved_path_of_every_file(agent: Agent, tree:
     inside = "--- a/src/app.py\n+++ b/src/app.py\n@@ -1 +1 @@\n-import os\n+import sys\n"
     assert s.model_tool_call("patch", {"diff": inside}).exit_code == 0
     s.close()
+
+
+@pytest.mark.parametrize(
+    ("rules", "command"),
+    [
+        ({"deny": ["bash(*curl*|*sh*)"]}, "echo '" + "curl|" * 8000 + "'"),
+        ({"allow": ["bash(*a*a*a*a*a*b)"]}, "echo " + "a" * 20000),
+        ({"deny": ["bash(*a*a*a*a*a*b)"]}, "echo " + "a" * 20000 + " $(x)"),  # with an unknown part
+    ],
+    ids=["deny-3-stars", "allow-6-stars", "deny-with-unknown"],
+)
+def test_k3_k8_rule_matching_is_linear_in_the_models_command(
+    agent: Agent, tree: Path, rules: dict[str, list[str]], command: str
+) -> None:
+    """K-3/K-8: the model chooses the command; the host's rules have a few ``*``. Matched as a
+    backtracking regex, ``bash(*curl*|*sh*)`` against 16 KB of ``curl|`` took 49.5 s (≈ n^3.5),
+    holding the GIL before the call even started — no deadline applies there. Globs are matched
+    with one remembered ``*`` (O(n·m)): 40 KB and six stars answer at once."""
+    import time
+
+    s = agent.session(tree, SessionOptions(permission_policy=PermissionPolicy(**rules)))
+    started = time.monotonic()
+    res = s.model_tool_call("bash", {"command": command})
+    assert time.monotonic() - started < 5
+    assert res.error_kind is not None and res.error_kind["type"] == "permission_denied", res.error_kind
+
+
+def test_k3_linear_globs_agree_with_fnmatch_on_known_text() -> None:
+    """The linear matcher is fnmatch's glob (``*`` crosses ``/``; ``?`` and ``[...]`` one character)."""
+    import fnmatch
+    import itertools
+
+    from kernel.policy import Rule
+
+    patterns = ["*", "a*", "*b", "a*b", "*a*b*", "a?c", "[ab]*", "[!a]?", "*[0-9]", "a*a*a", "**a", "a[]]b"]
+    texts = ["", "a", "b", "ab", "abc", "aab", "ba", "a1", "b9", "aaa", "a/b", "a]b", "x"]
+    for pattern, text in itertools.product(patterns, texts):
+        rule = Rule.parse(f"t({pattern})")
+        expected = fnmatch.fnmatchcase(text, pattern) if pattern not in ("*", "**") else True
+        assert rule.matches("t", text) is expected, (pattern, text)
