@@ -40,6 +40,7 @@ import contextlib
 import errno
 import json
 import os
+import resource
 import select
 import shutil
 import socket
@@ -222,12 +223,16 @@ def spawn(
     stderr: int = PIPE,
     pass_fds: Sequence[int] = (),
     new_session: bool = True,
+    rlimits: Mapping[int, int] | None = None,
 ) -> Child:
     """Start ``argv`` tied to this process (see the module docstring). Raises ``OSError`` like Popen.
 
     ``stdin``/``stdout``/``stderr`` take ``PIPE``, ``DEVNULL`` or an fd; ``pass_fds`` keep their
-    numbers in the child. The caller must ``close()`` the result (or ``release()`` it and close
-    its pipes) when done: that is what lets the supervisor finish.
+    numbers in the child. ``rlimits`` maps ``resource.RLIMIT_*`` to a limit (soft and hard) set in
+    the single-use supervisor just before it starts the command, which inherits it (without the
+    spawn helper they are applied with ``prlimit(2)`` right after the start). The caller must
+    ``close()`` the result (or ``release()`` it and close its pipes) when done: that is what lets
+    the supervisor finish.
     """
     helper = _get_helper()
     if helper is None:
@@ -241,6 +246,9 @@ def spawn(
             pass_fds=tuple(pass_fds),
             start_new_session=new_session,
         )
+        for resource_id, limit in (rlimits or {}).items():
+            with contextlib.suppress(ProcessLookupError):
+                resource.prlimit(popen.pid, resource_id, (limit, limit))
         return UntiedProcess(popen, new_session)
     exe = _resolve(argv[0], env)
     opened: list[int] = []  # every fd we created: ours are kept, the child's ends closed below
@@ -269,6 +277,7 @@ def spawn(
             "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
             "targets": [0, 1, 2, *pass_fds],
             "new_session": new_session,
+            "rlimits": [[int(k), int(v)] for k, v in (rlimits or {}).items()],
         }
         fds = [status_w, ctrl_r, *child_ends, *pass_fds]
         for attempt in range(SEND_ATTEMPTS):

@@ -36,6 +36,7 @@ import fcntl
 import gc
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -330,6 +331,9 @@ def _spawn_command(spec: dict, fds: list[int]) -> int:
         except OSError as exc:
             exc.where = "chdir"  # type: ignore[attr-defined]
             raise
+        for resource_id, limit in spec.get("rlimits") or ():
+            # This supervisor serves one command and uses little memory: the command inherits them.
+            resource.setrlimit(resource_id, (limit, limit))
         return os.posix_spawn(
             spec["exe"],
             spec["argv"],

@@ -17,16 +17,21 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import selectors
+import signal
 from collections.abc import Callable
 
-from kernel.errors import InvalidArgument, Transport
+from kernel.errors import BudgetExhausted, InvalidArgument, Transport
 from kernel.workspace import Workspace
 from tools._proc import spawn
 from tools.search.grep import ContentSink, GrepQuery, Guard, Line, ScanResult, filter_result
 
 MAX_RG_OUTPUT_BYTES = 512 * 1024 * 1024
 MAX_STDERR_BYTES = 64 * 1024
+# ripgrep's data segment (heap; file mappings do not count): generous for any real ignore file
+# and line, and far below the host's memory.
+RG_DATA_LIMIT_BYTES = 1024 * 1024 * 1024
 READ_CHUNK_BYTES = 256 * 1024
 POLL_INTERVAL_S = 0.05
 _MATCH_PREFIX_RE = re.compile(rb"^[0-9]+:", re.MULTILINE)
@@ -159,7 +164,14 @@ class RipgrepEngine:
         guard.check()
         try:
             # Tied to this process (tools/_proc.py): a killed worker leaves no ripgrep behind.
-            proc = spawn(argv, cwd=ws.root, env={"PATH": os.environ.get("PATH", ""), "LC_ALL": "C.UTF-8"})
+            # Capped memory: rg parses each ignore file whole, ~40x its size (a sparse 3 GiB
+            # `.gitignore` a sandboxed command made drove rg to 24 GiB and the OOM killer).
+            proc = spawn(
+                argv,
+                cwd=ws.root,
+                env={"PATH": os.environ.get("PATH", ""), "LC_ALL": "C.UTF-8"},
+                rlimits={resource.RLIMIT_DATA: RG_DATA_LIMIT_BYTES},
+            )
         except OSError as exc:
             raise Transport(f"could not start ripgrep: {exc}", op="search.grep") from exc
         assert proc.stdout is not None and proc.stderr is not None
@@ -206,6 +218,14 @@ class RipgrepEngine:
         ):
             raise InvalidArgument(f"invalid regex: {err.strip()}")
         if code not in (0, 1, 2) and not result.truncated:
+            if code == -signal.SIGABRT or "memory allocation" in err:
+                raise BudgetExhausted(
+                    f"ripgrep stopped at its memory limit ({RG_DATA_LIMIT_BYTES >> 20} MiB): an ignore "
+                    "file (.gitignore, .ignore, .rgignore) or a line many MiB long under the searched "
+                    "path needs more; remove it or narrow the path",
+                    resource="memory",
+                    reason="ripgrep_memory_limit",
+                )
             raise Transport(f"ripgrep failed with exit code {code}: {err.strip()[:500]}", op="search.grep")
         result.failed_reads += sum(
             1 for ln in err.splitlines() if "os error" in ln or "Permission denied" in ln

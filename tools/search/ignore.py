@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import BinaryIO, Literal
 
 from kernel.errors import InvalidArgument, NotFound, ToolError, Unsupported
 from kernel.workspace import Entry, Workspace
@@ -236,8 +236,15 @@ class IgnoreRules:
         return True
 
     def _read_text(self, path: str) -> str | None:
+        # Only the first MAX_IGNORE_FILE_BYTES are used, so only they are read: a sparse 3 GiB
+        # `.gitignore` a sandboxed command made was otherwise read whole into this process.
+        open_file = getattr(self._ws, "open_file", None)
         try:
-            data = self._ws.read_bytes(path)
+            if open_file is not None:
+                with open_file(path) as fh:
+                    data = _read_up_to(fh, MAX_IGNORE_FILE_BYTES)
+            else:
+                data = self._ws.read_bytes(path)
         except (ToolError, OSError):
             return None
         return data[:MAX_IGNORE_FILE_BYTES].decode("utf-8", "replace")
@@ -356,3 +363,12 @@ def _walk_sorted_dir(
     except (NotFound, InvalidArgument, ToolError, OSError):
         return
     yield from _walk_dir(workspace, directory, entries, rules, should_stop)
+
+
+def _read_up_to(fh: BinaryIO, limit: int) -> bytes:
+    parts: list[bytes] = []
+    left = limit
+    while left > 0 and (chunk := fh.read(left)):
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
