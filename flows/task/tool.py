@@ -93,9 +93,29 @@ async def _run(ctx: ToolContext, tool: str, params: TaskParams | ParallelTaskPar
     runner = ctx.services.get(TASK_CHILDREN_SERVICE)
     if runner is None:
         raise Unsupported(f"{tool}: this session cannot start child runs (no task runner configured)")
-    result = await runner.run(ctx, plan_call(ctx, tool, params))
-    charge_children(getattr(ctx, "budget", None), result)
+    call = plan_call(ctx, tool, params)
+    result = await runner.run(ctx, call)
+    tracker = getattr(ctx, "budget", None)
+    if call.background:
+        if result.exit_code == 0 and tracker is not None:
+            charge_share(tracker, call.specs[0].budget)
+    else:
+        charge_children(tracker, result)
     return result
+
+
+def charge_share(tracker: Any, share: Any) -> None:
+    """A background child reports later (to the session, not to this call): the share it was handed
+    is charged when it starts, so a budget cannot be handed out again and again."""
+    if share is None:
+        return
+    tracker.charge_delegated(
+        {
+            "tool_calls": share.max_tool_calls or 0,
+            "output_bytes": share.max_output_bytes or 0,
+            "prompt_tokens": share.max_model_tokens or 0,  # counted with the parent's model tokens
+        }
+    )
 
 
 def charge_children(tracker: Any, result: ToolResult) -> None:
@@ -103,8 +123,8 @@ def charge_children(tracker: Any, result: ToolResult) -> None:
 
     Their budgets were shares of the parent's remainder; without this the parent's count never
     moved and every later ``task`` call handed out the same remainder again. A suspended call (a
-    fleet run's children are jobs) is charged when its results are gathered; a background child's
-    result arrives later and is not charged."""
+    fleet run's children are jobs) is charged when its results are gathered; a background child is
+    charged its whole share when it starts (``charge_share``)."""
     meta = result.metadata if isinstance(result.metadata, dict) else {}
     if tracker is None or meta.get(SUSPEND_KEY):
         return

@@ -377,3 +377,23 @@ def test_x3_k4_a_catastrophic_output_schema_pattern_is_matched_in_linear_time(mo
     assert refused.exit_code == 1 and refused.error_kind["type"] == "invalid_argument"
     assert "linear time" in refused.output
     assert model.bodies("never asked") == []
+
+
+def test_k3_x3_a_background_childs_share_is_charged_when_it_starts(model, agent, ws) -> None:
+    """K-3/X-3: a background child reports later (or never, to this call), so the share it was
+    handed is charged to the parent when it starts. Before, each background ``task`` cost the
+    parent one call and handed out the whole remainder again: 6 calls bought 5 + 4 + 3 + … reads."""
+    from kernel import Budget
+
+    reads = [{"id": f"r{i}", "name": "read", "arguments": {"file_path": "a.txt"}} for i in range(5)]
+    model.scripts["bg spender"] = [{"tool_calls": reads}, {"text": "bg done"}]
+    options = SessionOptions(permission_policy=PermissionPolicy(allow=["*"]), budget=Budget(max_tool_calls=6))
+    session = agent.session(str(ws), options)
+    first = session.task(item("bg spender"), background=True)
+    assert first.exit_code == 0, first.output
+    assert session.snapshot()["budget_used"]["tool_calls"] == 6  # its own call and the share of 5
+    second = session.task(item("bg second"), background=True)
+    assert second.exit_code == 1 and second.error_kind["type"] == "budget_exhausted", second.output
+    done = session.task_result(first.metadata["background_task"]["task_id"], timeout=30)
+    assert done["success"] and done["usage"]["tool_calls"] == 5
+    assert model.bodies("bg second") == []
