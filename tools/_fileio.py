@@ -47,6 +47,7 @@ import stat as stat_mod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import overload
 
 from kernel.beneath import O_READ, O_WALK_DIR, Fd, Located, create_temp, fsync_dir, temp_name, write_all
 from kernel.context import ToolContext
@@ -67,6 +68,9 @@ TEMP_SUFFIX = ".a3s-tmp"
 BACKUP_SUFFIX = ".a3s-bak"
 GITDIR_PREFIX = "gitdir:"
 MAX_GITFILE_BYTES = 4096
+# write/edit/patch hold the old bytes, the text and the new bytes: a sparse 20 GiB file a sandboxed
+# command made would otherwise be read whole into the host process.
+MAX_FILE_BYTES = 64 * 1024 * 1024
 
 # Test seam (see module docstring): ``Callable[[list[Path]], None] | None``.
 _before_commit: Callable[[list[Path]], None] | None = None
@@ -240,7 +244,11 @@ def read_state(t: Target) -> FileState:
             raise InvalidArgument(f"{t.rel} is a directory")
         if not stat_mod.S_ISREG(st.st_mode):
             raise InvalidArgument(f"{t.rel} is not a regular file")
-        data = _read_all(fd)
+        if st.st_size > MAX_FILE_BYTES:
+            raise _too_big(t, st.st_size)  # before reading a byte
+        data = _read_all(fd, limit=MAX_FILE_BYTES)
+        if data is None:  # it grew while we read
+            raise _too_big(t, MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise _os_error(f"cannot read {t.rel}", exc) from exc
     finally:
@@ -386,7 +394,8 @@ def _check_unchanged(s: _Staged) -> None:
         st = os.fstat(fd)
         if not stat_mod.S_ISREG(st.st_mode):
             raise _conflict(t, exp, "(no longer a regular file)")
-        actual = hashlib.sha256(_read_all(fd)).hexdigest()
+        now = _read_all(fd, limit=MAX_FILE_BYTES)
+        actual = hashlib.sha256(now).hexdigest() if now is not None else "(grown past the size limit)"
         # Same size and mtime can still hide a same-second rewrite: the hash decides.
         if st.st_size == exp.size and st.st_mtime_ns == exp.mtime_ns and actual == exp.sha256:
             return
@@ -468,11 +477,27 @@ def _link_or_copy(dir_fd: int, src: str, dst: str) -> None:
             os.close(fin)
 
 
-def _read_all(fd: int) -> bytes:
+@overload
+def _read_all(fd: int) -> bytes: ...
+@overload
+def _read_all(fd: int, *, limit: int) -> bytes | None: ...
+def _read_all(fd: int, *, limit: int | None = None) -> bytes | None:
+    """Every byte of ``fd``; None as soon as there are more than ``limit`` (a file that grew)."""
     parts: list[bytes] = []
+    size = 0
     while chunk := os.read(fd, 1 << 20):
+        size += len(chunk)
+        if limit is not None and size > limit:
+            return None
         parts.append(chunk)
     return b"".join(parts)
+
+
+def _too_big(t: Target, size: int) -> InvalidArgument:
+    return InvalidArgument(
+        f"{t.rel} is {size} bytes; write, edit and patch hold a file's old and new bytes in memory and "
+        f"take files up to {MAX_FILE_BYTES >> 20} MiB. Use bash for bigger files (sed, split, truncate)."
+    )
 
 
 def _os_error(what: str, exc: OSError) -> ToolError:
