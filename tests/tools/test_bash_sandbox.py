@@ -64,7 +64,7 @@ def test_b2_bwrap_argv_binds_workspace_after_fresh_tmp_and_isolates():
         workspace_args=["--bind-fd", "7", "/tmp/ws"],
         host_uid=0,
     )
-    assert argv[0] == "/usr/bin/bwrap"
+    assert argv[0] == "/bin/sh" and argv[3] == "/usr/bin/bwrap"  # the oom_score_adj prelude, then bwrap
     assert argv[argv.index("--ro-bind") : argv.index("--ro-bind") + 3] == ["--ro-bind", "/", "/"]
     assert argv.index("--bind-fd") > argv.index("--tmpfs")
     assert argv[argv.index("--bind-fd") : argv.index("--bind-fd") + 3] == ["--bind-fd", "7", "/tmp/ws"]

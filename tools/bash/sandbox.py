@@ -20,7 +20,14 @@ What runs inside (``BwrapSandbox.prepare``), the same whether the host runs as r
   keyrings, bpf, perf, userfaultfd);
 - **process**: ``--die-with-parent`` (the sandbox dies with the process that started it) and
   ``--new-session`` (no TIOCSTI onto our terminal); the environment comes from
-  ``tools/bash/environment.py``.
+  ``tools/bash/environment.py``;
+- **OOM ranking**: bubblewrap is started through ``/bin/sh`` that first sets its own
+  ``oom_score_adj`` to 1000 (``OOM_SCORE_ADJ``), which every sandboxed process inherits, so a
+  memory-hungry command is the kernel OOM killer's first choice, before the worker or agent. The
+  kernel lets an unprivileged process lower its score back to its floor (0 unless a privileged
+  process set another), never below: a command that does so on purpose only gets back on equal
+  footing with the host. A failed write (a /proc that refuses it) leaves the host's value: this
+  ranks victims, it is not confinement (cgroup memory limits are not configured by us).
 
 A sandbox is anything with ``available: bool`` and ``prepare(argv, workspace_root, cwd) ->
 SandboxCommand``; a session may hand one in as ``ctx.services["sandbox"]`` (tests use that to
@@ -49,6 +56,10 @@ NOBODY_UID = 65534
 NOBODY_GID = 65534
 # Tried in order; the first that passes the probe wins.
 PROBE_VARIANTS: tuple[tuple[str, ...], ...] = (("--disable-userns",), ())
+OOM_SCORE_ADJ = 1000  # the maximum: "kill this first"
+# Runs on the host, before bubblewrap: a process may always raise its own score, and the value is
+# inherited across fork and exec by the whole sandbox (module docstring).
+_OOM_PRELUDE = f'{{ echo {OOM_SCORE_ADJ} > /proc/self/oom_score_adj; }} 2>/dev/null; exec "$0" "$@"'
 _PROBE_SCRIPT = "grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status"
 
 __all__ = [
@@ -106,7 +117,7 @@ def bwrap_argv(
 ) -> list[str]:
     """The bubblewrap command line that runs ``argv`` in ``cwd`` under the policy above."""
     uid = os.getuid() if host_uid is None else host_uid
-    out = [binary, *identity_args(uid), *extra_flags, "--hostname", HOSTNAME]
+    out = ["/bin/sh", "-c", _OOM_PRELUDE, binary, *identity_args(uid), *extra_flags, "--hostname", HOSTNAME]
     out += system_args()
     out += list(workspace_args)
     out += ["--seccomp", str(seccomp_fd), "--die-with-parent", "--new-session"]
