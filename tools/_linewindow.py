@@ -11,6 +11,15 @@ one chunk plus what the output can show:
 - keeping stops once the lower bound of the rendered size of the kept lines passes ``budget``
   (``read`` could not show more than that anyway): the caller still gets every line that fits.
 
+The work is bounded too: ``max_scan_bytes`` caps the bytes read (hence scanned for newlines) in
+one call. A sparse or all-zero file costs no disk (``truncate -s 64G`` in the sandbox), yet
+counting its lines is a pass over every byte — 64 GiB kept a core busy for minutes. When the cap
+stops the scan before the end, the window says so (``stopped``); ``total`` is then unknown
+(None), and ``reached``/``complete`` tell the caller whether the offset was reached and whether
+every wanted line was collected before the stop. A line still being read at the stop is kept only
+when it is already longer than ``KEEP_LINE_BYTES`` (it renders cut either way, so what is shown is
+exact); a shorter one might not have ended and is left out.
+
 Line semantics are exactly those of ``data.decode("utf-8", "replace").split("\\n")`` with a final
 empty segment dropped (what ``read`` always did): decoding per line is the same as decoding the
 whole text, because ``\\n`` never continues a UTF-8 sequence.
@@ -37,7 +46,12 @@ class Window:
     offset: int
     lines: list[str] = field(default_factory=list)
     cut: list[bool] = field(default_factory=list)  # the line was longer than KEEP_LINE_BYTES
-    total: int = 0
+    total: int | None = 0  # None: the scan stopped at max_scan_bytes before the end
+    scanned_bytes: int = 0
+    stopped: bool = False  # the scan hit max_scan_bytes with bytes left in the stream
+    reached: bool = True  # the first wanted line was reached (False only when stopped)
+    complete: bool = True  # every line the window could hold was collected (False only when stopped)
+    stop_line: int = 0  # 0-based line the scan was in when it stopped
 
 
 def read_window(
@@ -46,6 +60,7 @@ def read_window(
     limit: int,
     budget: int,
     cancelled: Callable[[], bool] | None = None,
+    max_scan_bytes: int | None = None,
 ) -> Window:
     """See the module docstring; ``budget`` bounds the rendered bytes the caller can use."""
     win = Window(offset)
@@ -70,9 +85,16 @@ def read_window(
     while True:
         if cancelled is not None and cancelled():
             raise Cancelled("read cancelled", op="read")
-        chunk = stream.read(CHUNK_BYTES)
+        want = CHUNK_BYTES if max_scan_bytes is None else min(CHUNK_BYTES, max_scan_bytes - win.scanned_bytes)
+        if want <= 0:
+            # At the cap: one more byte tells a file that ends exactly here from one that goes on.
+            if stream.read(1):
+                win.stopped = True
+            break
+        chunk = stream.read(want)
         if not chunk:
             break
+        win.scanned_bytes += len(chunk)
         last_byte_newline = chunk.endswith(b"\n")
         pos, n = 0, len(chunk)
         while pos < n:
@@ -103,6 +125,14 @@ def read_window(
             cur_long = False
             line += 1
             pos = nl + 1
+    if win.stopped:
+        win.total = None
+        win.stop_line = line
+        win.reached = line >= offset
+        win.complete = line >= stop or shown > budget
+        if win.reached and not win.complete and cur_long:
+            keep(cur, cur_long)  # renders cut at MAX_LINE_BYTES wherever the line really ends
+        return win
     if not last_byte_newline:
         # The last line has no newline: it counts, and it may be the one being kept.
         if offset <= line < stop and shown <= budget:

@@ -8,6 +8,24 @@ Batch: ``files=[{path, offset?, limit?}]`` shares one ``max_output_bytes`` budge
 headers, error segments and the continuation footer. Request order is kept, one unreadable file
 never drops the others, and ``metadata.batch.continuation`` passed back as ``files`` resumes exactly
 where the response stopped without repeating a line.
+
+Work is bounded as well as output: one call scans at most ``MAX_SCAN_BYTES`` (256 MiB) for line
+ends, across all files of a batch — a sparse or all-zero file made in the sandbox costs no disk, but
+counting its lines was a pass over every byte (64 GiB: 100 s of a core). Past the cap:
+
+- the window was already collected: it is returned as usual with an exact ``next_offset``;
+  ``total_lines`` is None (unknown);
+- the offset lies beyond the cap: ``invalid_argument`` naming the limit and ``bash``;
+- the cap fell inside the window (a huge line): the lines before it are returned (a line already
+  longer than 2000 bytes shown cut, as always); nothing after it is within reach, so
+  ``next_offset`` is None and ``eof`` false.
+
+Each case adds ``metadata.scan = {truncated: true, scanned_bytes, max_scan_bytes}`` and a footer
+line that says what happened. In a batch, a file met after the cap was spent (by earlier files)
+goes to the continuation unchanged, and so does one whose window the cap cut short when earlier
+files had spent part of it: the next call gives it the whole cap. Only a file that got the whole cap
+and still could not reach its offset becomes an error segment; every call makes progress, since
+its first file always gets the whole cap.
 """
 
 from __future__ import annotations
@@ -35,6 +53,9 @@ DEFAULT_BATCH_OUTPUT_BYTES = 65_536
 MIN_BATCH_OUTPUT_BYTES = 1024
 MAX_BATCH_OUTPUT_BYTES = 98_304
 INLINE_SCAN_BYTES = 1 << 20  # larger files are scanned in a worker thread
+# The bytes one call may scan for line ends, shared by every file of a batch (~1 s of one core
+# here): a sparse 64 GiB file costs no disk but kept a core busy for minutes (module docstring).
+MAX_SCAN_BYTES = 256 * 1024 * 1024
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
 IMAGE_TYPES = {
     "jpg": "image/jpeg",
@@ -104,19 +125,51 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
 # ---- single file ------------------------------------------------------------------------------
 
 
-async def _window(ctx: ToolContext, path: str, offset: int, limit: int, budget: int) -> Window:
+async def _window(
+    ctx: ToolContext, path: str, offset: int, limit: int, budget: int, scan: int = MAX_SCAN_BYTES
+) -> Window:
     """Lines ``offset .. offset+limit`` of ``path`` (as many as ``budget`` bytes can show) and its
-    total line count, streamed (module docstring)."""
+    total line count, streamed, scanning at most ``scan`` bytes (module docstring)."""
     opener = getattr(ctx.workspace, "open_file", None)
     if not callable(opener):  # non-local workspaces hold blobs in memory already
-        return read_window(io.BytesIO(ctx.workspace.read_bytes(path)), offset, limit, budget)
+        blob = io.BytesIO(ctx.workspace.read_bytes(path))
+        return read_window(blob, offset, limit, budget, max_scan_bytes=scan)
     fh = opener(path)
     try:
         if os.fstat(fh.fileno()).st_size <= INLINE_SCAN_BYTES:
-            return read_window(fh, offset, limit, budget)
-        return await asyncio.to_thread(read_window, fh, offset, limit, budget, ctx.cancelled.is_set)
+            return read_window(fh, offset, limit, budget, max_scan_bytes=scan)
+        return await asyncio.to_thread(read_window, fh, offset, limit, budget, ctx.cancelled.is_set, scan)
     finally:
         fh.close()
+
+
+def _unreachable(path: str, offset: int) -> InvalidArgument:
+    return InvalidArgument(
+        f"Offset {offset} of {path} is beyond what read scans in one call ({_mib(MAX_SCAN_BYTES)} of the "
+        "file; line ends are found by scanning from the start): read it with bash "
+        "(e.g. sed -n, tail, split)"
+    )
+
+
+def _mib(n: int) -> str:
+    return f"{n // (1024 * 1024)} MiB"
+
+
+def _scan_meta(win: Window) -> dict[str, Any]:
+    return {"truncated": True, "scanned_bytes": win.scanned_bytes, "max_scan_bytes": MAX_SCAN_BYTES}
+
+
+def _scan_note(win: Window, first_missing: int) -> str:
+    """The footer of a window whose scan stopped at the cap (``first_missing``: 0-based line)."""
+    if win.complete:
+        return (
+            f"... (more lines available; continue with offset={first_missing}. Total line count unknown: "
+            f"read scans at most {_mib(MAX_SCAN_BYTES)} per call)\n"
+        )
+    return (
+        f"... (read stopped after scanning {_mib(MAX_SCAN_BYTES)} of this file, inside line "
+        f"{win.stop_line + 1}; the rest is beyond read's reach: use bash, e.g. tail -c or split)\n"
+    )
 
 
 async def _read_single(ctx: ToolContext, path: str, offset: int | None, limit: int | None) -> ToolResult:
@@ -128,7 +181,9 @@ async def _read_single(ctx: ToolContext, path: str, offset: int | None, limit: i
     applied = min(requested, MAX_LIMIT_LINES)
     win = await _window(ctx, path, offset, applied, MAX_SINGLE_OUTPUT_BYTES)
     total = win.total
-    if offset > total:
+    if win.stopped and (not win.reached or not (win.lines or win.complete)):
+        raise _unreachable(path, offset)
+    if total is not None and offset > total:
         raise InvalidArgument(f"Offset {offset} exceeds file length ({total} lines)")
     parts: list[str] = []
     size = 0
@@ -141,26 +196,35 @@ async def _read_single(ctx: ToolContext, path: str, offset: int | None, limit: i
         parts.append(rendered)
         size += len(rendered.encode("utf-8"))
         end = i + 1
-    eof = end >= total
-    if offset == total:
+    eof = total is not None and end >= total
+    next_offset: int | None = None if eof else end
+    if win.stopped:
+        if end < offset + len(win.lines):
+            win.complete = True  # the output budget ended the window before the scan stopped it
+        parts.append(_scan_note(win, end))
+        if not win.complete:
+            next_offset = None  # the next line starts past the scan cap: no call can reach it
+    elif offset == total:
         parts = [f"(end of file: offset {offset} equals file length)\n"]
     elif not eof:
         parts.append(f"... (more lines available; continue with offset={end})\n")
     output = "".join(parts)
-    meta = {
+    meta: dict[str, Any] = {
         "source_anchors": [path],
         "range": {
             "offset": offset,
             "requested_limit": requested,
             "applied_limit": applied,
             "returned_lines": end - offset,
-            "next_offset": None if eof else end,
+            "next_offset": next_offset,
             "eof": eof,
             "total_lines": total,
             "limit_clamped": requested > MAX_LIMIT_LINES,
             "output_bytes": len(output.encode("utf-8")),
         },
     }
+    if win.stopped:
+        meta["scan"] = _scan_meta(win)
     return ToolResult.success("read", output, meta)
 
 
@@ -217,12 +281,27 @@ async def _read_batch(ctx: ToolContext, files: list[FileRequest], budget: int) -
     def size(s: str) -> int:
         return len(s.encode("utf-8"))
 
+    scanned = 0  # bytes scanned by this call so far, against MAX_SCAN_BYTES (module docstring)
+    scan_stopped = False
     for i, item in enumerate(files):
         header = f"=== {item.path} ===\n"
         limit = item.limit or MAX_LIMIT_LINES
+        scan_left = MAX_SCAN_BYTES - scanned
+        if scan_left <= 0:  # earlier files spent the cap: the next call scans this one afresh
+            continuation = rest(i)
+            break
         try:
-            win = await _window(ctx, item.path, item.offset, limit, max(budget - used, 0))
-            if item.offset > win.total:
+            win = await _window(ctx, item.path, item.offset, limit, max(budget - used, 0), scan_left)
+            scanned += win.scanned_bytes
+            if win.stopped:
+                scan_stopped = True
+                if not win.complete and scan_left < MAX_SCAN_BYTES:
+                    # Earlier files spent part of the cap: the next call gives this one all of it.
+                    continuation = rest(i)
+                    break
+                if not win.reached or not (win.lines or win.complete):
+                    raise _unreachable(item.path, item.offset)
+            elif win.total is not None and item.offset > win.total:
                 raise InvalidArgument(f"Offset {item.offset} exceeds file length ({win.total} lines)")
         except ToolError as err:
             seg = f"{header}ERROR: {err.message}\n\n"
@@ -238,14 +317,18 @@ async def _read_batch(ctx: ToolContext, files: list[FileRequest], budget: int) -
             )
             continue
         total = win.total
-        stop = min(total, item.offset + limit)
         # Only the kept lines are rendered: keeping stopped where the budget ran out, so a window
         # that was cut short can never pass the "fits whole" check below.
         rendered = [render_line(item.offset + k + 1, t, win.cut[k]) for k, t in enumerate(win.lines)]
         sizes = [size(r) for r in rendered]
-        more_note = "" if stop >= total else f"... (more lines available; continue with offset={stop})\n"
-        if item.offset == total:
-            more_note = f"(end of file: offset {item.offset} equals file length)\n"
+        if total is None:  # the scan stopped at the cap (module docstring)
+            stop = item.offset + len(rendered)
+            more_note = _scan_note(win, stop)
+        else:
+            stop = min(total, item.offset + limit)
+            more_note = "" if stop >= total else f"... (more lines available; continue with offset={stop})\n"
+            if item.offset == total:
+                more_note = f"(end of file: offset {item.offset} equals file length)\n"
         full = size(header) + sum(sizes) + size(more_note) + 1
         if used + full + size(footer(rest(i + 1), completed + 1)) <= budget:
             segments.append(header + "".join(rendered) + more_note + "\n")
@@ -259,6 +342,7 @@ async def _read_batch(ctx: ToolContext, files: list[FileRequest], budget: int) -
                     "success": True,
                     "returned_lines": len(rendered),
                     "total_lines": total,
+                    **({"scan": _scan_meta(win)} if win.stopped else {}),
                 }
             )
             continue
@@ -298,6 +382,7 @@ async def _read_batch(ctx: ToolContext, files: list[FileRequest], budget: int) -
                 "returned_lines": k,
                 "total_lines": total,
                 "partial": True,
+                **({"scan": _scan_meta(win)} if win.stopped else {}),
             }
         )
         continuation = cont_after(k)
@@ -314,7 +399,7 @@ async def _read_batch(ctx: ToolContext, files: list[FileRequest], budget: int) -
         status = "partial_failure"
     else:
         status = "complete"
-    meta = {
+    meta: dict[str, Any] = {
         "source_anchors": [f["path"] for f in file_meta if f["success"]],
         "files": file_meta,
         "batch": {
@@ -330,6 +415,8 @@ async def _read_batch(ctx: ToolContext, files: list[FileRequest], budget: int) -
             "continuation": continuation,
         },
     }
+    if scan_stopped or (continuation and scanned >= MAX_SCAN_BYTES):
+        meta["scan"] = {"truncated": True, "scanned_bytes": scanned, "max_scan_bytes": MAX_SCAN_BYTES}
     if status == "failed":
         return ToolResult(
             name="read",
