@@ -24,6 +24,7 @@ from kernel.errors import Cancelled, InvalidArgument, Timeout
 from kernel.result import ToolResult
 from kernel.spec import ToolSpec
 from kernel.workspace import Entry, LocalWorkspace
+from tools._offthread import abandon
 
 DEFAULT_PAGE_ENTRIES = 200
 MAX_PAGE_ENTRIES = 1000
@@ -84,6 +85,7 @@ async def _page(ctx: ToolContext, params: Params, after: str) -> tuple[list[Entr
         return await asyncio.shield(work)
     except asyncio.CancelledError:
         stop.set()  # the thread notices within PAGE_CHECK_EVERY entries
+        abandon(work)  # ...and raises Cancelled into a future nobody awaits: retrieved, not logged
         raise
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from kernel.context import ToolContext
+from tools._offthread import abandon
 from tools.search import grep
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ async def in_thread(ctx: ToolContext, op: str, fn: Callable[[grep.Guard], T]) ->
         return await asyncio.shield(fut)
     except asyncio.CancelledError:
         stop.local.set()
+        abandon(fut)  # the stopped scan's Cancelled/Timeout is retrieved, not logged as stray
         await asyncio.wait([fut], timeout=CANCEL_SETTLE_S)
         raise
 

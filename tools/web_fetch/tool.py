@@ -30,6 +30,7 @@ from kernel.context import ToolContext
 from kernel.errors import Timeout, ToolError
 from kernel.result import ToolResult
 from kernel.spec import ToolSpec
+from tools._offthread import abandon
 from tools.net import MAX_REDIRECTS, SafeUrl, parse_url, read_body, safe_http, status_error
 from tools.net.client import TooManyRedirects
 from tools.net.urls import redact_url_arg
@@ -82,6 +83,7 @@ async def _in_thread(fn: Callable[[], T]) -> T:
     try:
         return await asyncio.shield(fut)
     except asyncio.CancelledError:
+        abandon(fut)  # an extraction failing after the call ended: retrieved, not logged as stray
         await asyncio.wait([fut], timeout=EXTRACT_GRACE_S)
         raise
 
