@@ -185,6 +185,20 @@ def os_error(what: str, exc: OSError, path: str) -> ToolError:
     return ToolError(f"{what}: {exc.strerror or exc}", errno=code, path=path)
 
 
+def names_directory(path: str) -> bool:
+    """Does ``path`` name a directory by its spelling? POSIX: a final component followed by ``/``
+    (or a final ``.``/``..``) must be a directory — ``file/`` is ``ENOTDIR``, never the file."""
+    raw = path.split("/")
+    return raw[-1] in ("", ".", "..") and any(p not in ("", ".") for p in raw)
+
+
+def not_a_directory(path: str) -> NotFound:
+    """The typed error for ``file/`` (what ``open`` answers with ``ENOTDIR``)."""
+    return NotFound(
+        f"Not a directory: {path} (a path ending in '/' names a directory, and this is a file)", path=path
+    )
+
+
 class Beneath:
     """Resolver and opener for paths beneath one pinned root directory (see the module docstring)."""
 
@@ -203,7 +217,20 @@ class Beneath:
     # -- resolution ---------------------------------------------------------------------------
 
     def locate(self, path: str, *, follow_last: bool = True) -> Located:
-        """Resolve ``path`` (raw components; validated by the caller) to a ``Located``."""
+        """Resolve ``path`` (raw components; validated by the caller) to a ``Located``.
+
+        A path spelled as a directory (``names_directory``: ``x/``, ``x/.``) follows a final
+        symlink, as ``open`` would, and must end at a directory: an existing non-directory is
+        ``not_a_directory`` (NotFound), never the file itself; a missing one is left to the caller.
+        """
+        must_dir = names_directory(path)
+        loc = self._locate(path, follow_last=follow_last or must_dir)
+        if must_dir and loc.name and loc.lstat is not None and not stat_mod.S_ISDIR(loc.lstat.st_mode):
+            loc.close()
+            raise not_a_directory(path)
+        return loc
+
+    def _locate(self, path: str, *, follow_last: bool) -> Located:
         parts = [p for p in path.split("/") if p and p != "."]
         if not parts:
             return Located(Fd(self.root_fd, owned=False), "", "", (), None)
@@ -395,6 +422,11 @@ class Beneath:
         parts = [p for p in path.split("/") if p and p != "."]
         if not parts:
             raise InvalidArgument(f"{path or '.'} is a directory")
+        if names_directory(path):  # never a regular file: answer what it is instead
+            with self.locate(path) as loc:  # a file there raises not_a_directory
+                if loc.missing or loc.lstat is None:
+                    raise NotFound(f"File not found: {path}", path=path)
+            raise InvalidArgument(f"{path} is a directory")
         fd = -1
         if not follow_symlinks:
             try:
@@ -448,7 +480,7 @@ class Beneath:
             except OSError as exc:
                 if exc.errno not in _FALLBACK_ERRNOS:
                     raise os_error("cannot list", exc, path) from None
-        with self.locate(path) as loc:
+        with self._locate(path, follow_last=True) as loc:  # 'file/': the "not a directory" below
             if loc.missing or (loc.name and loc.lstat is None):
                 raise NotFound(f"Directory not found: {path or '.'}", path=path)
             try:

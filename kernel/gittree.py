@@ -30,6 +30,7 @@ from pathlib import Path
 import pygit2
 
 from kernel import gitsafe
+from kernel.beneath import names_directory, not_a_directory
 from kernel.errors import InvalidArgument, NotFound, PathOutsideWorkspace
 from kernel.workspace import INTERNAL_DIR, MAX_SYMLINK_FOLLOWS, Entry, EntryKind, normalize_relative
 
@@ -185,7 +186,7 @@ class GitTreeWorkspace:
                     missing.append(part)
                     continue
                 mode = int(entry.filemode)
-                if mode == MODE_LINK and (pending or follow_last):
+                if mode == MODE_LINK and (pending or follow_last or names_directory(path)):
                     follows += 1
                     if follows > MAX_SYMLINK_FOLLOWS:
                         raise PathOutsideWorkspace(f"symlink loop while resolving {path}", path=path)
@@ -203,6 +204,8 @@ class GitTreeWorkspace:
                 if any(p not in ("", ".") for p in pending):
                     what = "a submodule" if mode == MODE_COMMIT else "not a directory"
                     raise NotFound(f"{'/'.join([*stack, part])} is {what} on the way to {path}", path=path)
+                if mode != MODE_COMMIT and names_directory(path):
+                    raise not_a_directory(path)  # 'file/' is ENOTDIR, never the file (kernel.beneath)
                 stack.append(part)
                 kind = "submodule" if mode == MODE_COMMIT else ("symlink" if mode == MODE_LINK else "file")
                 return self._checked(path, _Node("/".join(stack), kind, entry.id, mode))

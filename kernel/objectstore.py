@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from kernel.beneath import names_directory, not_a_directory
 from kernel.errors import InvalidArgument, NotFound
 from kernel.workspace import Entry, normalize_relative
 
@@ -84,6 +85,8 @@ class ObjectStoreWorkspace:
     def stat(self, path: str) -> Entry:
         key = normalize_relative(path)
         if key in self._objects:
+            if names_directory(path):
+                raise not_a_directory(path)  # an object is a file: 'key/' is ENOTDIR (kernel.beneath)
             return self._entry(key)
         if not key or any(k.startswith(key + "/") for k in self._keys):
             return Entry(path=key, kind="dir", size=0, mtime_ns=self._mtime_ns, mode=0o555)
@@ -91,6 +94,8 @@ class ObjectStoreWorkspace:
 
     def read_bytes(self, path: str) -> bytes:
         key = normalize_relative(path)
+        if key in self._objects and names_directory(path):
+            raise not_a_directory(path)
         try:
             return self._objects[key]
         except KeyError:

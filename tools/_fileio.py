@@ -49,7 +49,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import overload
 
-from kernel.beneath import O_READ, O_WALK_DIR, Fd, Located, create_temp, fsync_dir, temp_name, write_all
+from kernel.beneath import (
+    O_READ,
+    O_WALK_DIR,
+    Fd,
+    Located,
+    create_temp,
+    fsync_dir,
+    names_directory,
+    temp_name,
+    write_all,
+)
 from kernel.context import ToolContext
 from kernel.errors import (
     Cancelled,
@@ -150,7 +160,10 @@ def target(ws: LocalWorkspace, file_path: str, *, protect: bool = False) -> Targ
     rel = normalize_relative(file_path)
     if not rel:
         raise InvalidArgument("file_path names the workspace root, not a file")
-    loc = ws.locate(file_path)
+    loc = ws.locate(file_path)  # an existing file spelled 'file/' is not_a_directory, as for read
+    if names_directory(file_path):
+        loc.close()
+        raise InvalidArgument(f"file_path {file_path} ends with '/': that names a directory, not a file")
     if ".." in file_path.split("/"):
         rel = loc.rel  # '..' is physical: show where the path really leads
     if not loc.name:
