@@ -285,11 +285,15 @@ def tool_cmd(
     Model-backed tools (generate_object) use --model or A3S_MODEL."""
     import json
 
+    from kernel.call_args import long_int_reason
+
     raw = sys.stdin.read() if args_json == "-" else args_json
     try:
         args = json.loads(raw or "{}")
     except json.JSONDecodeError as exc:
         raise click.UsageError(f"ARGS_JSON is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    except ValueError as exc:  # valid JSON over Python's int-string limit
+        raise click.UsageError(f"ARGS_JSON: {long_int_reason(exc)}") from None
     except RecursionError:
         raise click.UsageError("ARGS_JSON is nested too deeply") from None
     if not isinstance(args, dict):

@@ -24,6 +24,9 @@ A turn has the scripted-file shape (``flows/providers/scripted.py``): ``{"text",
 - ``{"no_terminal": true, ...}`` — a stream that just stops after the content: no finish reason,
   no usage chunk, no ``[DONE]`` / ``message_stop`` (some endpoints do that).
 
+A tool call's ``arguments`` text that this process cannot load (an integer over Python's 4300-digit
+int-string limit) is still sent as the non-streamed Anthropic ``input``, verbatim.
+
 Streaming splits text into a few chunks and each tool call's arguments into ``arg_chunks`` pieces;
 only the first piece of a call has its id and name, later ones carry ``"name": ""`` (the shape of
 REFERENCE #139). OpenAI usage comes in a last chunk with ``choices: []`` when the request set
@@ -47,6 +50,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 TEXT_CHUNKS = 3
+RAW_JSON_KEY = "\u0000raw"  # a message's JSON text spliced in verbatim by ``_json`` (see _message)
 HOLD_S = 30.0  # ``await_peak`` and ``hold`` give up after this (the test then fails on what it checks)
 
 
@@ -228,7 +232,11 @@ class _ScriptedServer(abc.ABC):
     def _json(
         self, h: BaseHTTPRequestHandler, status: int, payload: Any, headers: dict[str, str] | None = None
     ) -> None:
-        data = json.dumps(payload).encode()
+        raw = payload.pop(RAW_JSON_KEY, {}) if isinstance(payload, dict) else {}
+        text = json.dumps(payload)
+        for token, verbatim in raw.items():  # JSON this process cannot load: sent as the script wrote it
+            text = text.replace(json.dumps(token), verbatim)
+        data = text.encode()
         h.send_response(status)
         h.send_header("Content-Type", "application/json")
         h.send_header("Content-Length", str(len(data)))
@@ -368,16 +376,18 @@ class ScriptedAnthropicServer(_ScriptedServer):
         if turn.get("text"):
             content.append({"type": "text", "text": turn["text"]})
         calls = turn.get("tool_calls") or []
+        raw: dict[str, str] = {}
         for i, c in enumerate(calls):
+            try:
+                value: Any = json.loads(_arguments(c))
+            except ValueError:  # e.g. an integer over Python's int-string limit: valid JSON all the same
+                value = f"\u0000raw-input-{i}"
+                raw[value] = _arguments(c)
             content.append(
-                {
-                    "type": "tool_use",
-                    "id": c.get("id") or f"toolu_{i}",
-                    "name": c["name"],
-                    "input": json.loads(_arguments(c)),
-                }
+                {"type": "tool_use", "id": c.get("id") or f"toolu_{i}", "name": c["name"], "input": value}
             )
         return {
+            **({RAW_JSON_KEY: raw} if raw else {}),
             "id": f"msg_{len(self.requests)}",
             "type": "message",
             "role": "assistant",

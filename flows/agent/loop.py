@@ -36,7 +36,7 @@ from flows.agent.result import (
     RunResult,
     ToolCallRecord,
 )
-from flows.agent.tool_turn import notes_for, run_tool_calls, tool_message
+from flows.agent.tool_turn import run_tool_calls, tool_message
 from flows.providers import Message, ModelRequest, Provider, ToolCall, ToolDef, Usage, provider_for
 from kernel.errors import (
     BudgetExhausted,
@@ -190,7 +190,6 @@ class _Run:
 
     async def _tool_turn(self, calls: list[ToolCall], given: dict[str, ToolResult] | None = None) -> None:
         given = given or {}
-        notes = notes_for(calls)
         to_run = [c for c in calls if c.id not in given]
         outcomes = {
             o.call.id: o
@@ -206,7 +205,7 @@ class _Run:
             if outcome.suspended:
                 suspended = True  # stays pending in the conversation
                 continue
-            self.conversation.append(tool_message(call, outcome.result, notes.get(call.id)))
+            self.conversation.append(tool_message(call, outcome.result))
         if suspended:
             raise _Stop(self.result(False, SUSPENDED))
 

@@ -15,13 +15,14 @@ back to the model in that order either way.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 from flows.agent.result import ToolCallRecord
 from flows.providers.types import Message, ToolCall
+from kernel.call_args import UnparsedArguments, parse_json_arguments
+from kernel.errors import InvalidArgument
 from kernel.kernel import Kernel
 from kernel.result import ToolResult
 
@@ -38,19 +39,16 @@ class CallOutcome:
     suspended: bool
 
 
-def parse_arguments(raw: str) -> tuple[Any, str | None]:
-    """The call's arguments as JSON, or the raw text plus why it is not a JSON value."""
-    if not raw.strip():
-        return {}, None
+def parse_arguments(raw: str) -> Any:
+    """The call's arguments as JSON, or the raw text as ``UnparsedArguments``: the kernel refuses
+    the call with the reason (invalid_argument), the run goes on."""
     try:
-        return json.loads(raw), None
-    except ValueError as exc:
-        return raw, f"the arguments are not valid JSON ({exc})"
-    except RecursionError:  # the model's text, not our bug: the call fails, the run goes on
-        return raw, "the arguments are nested too deeply to parse"
+        return parse_json_arguments(raw)
+    except InvalidArgument as exc:
+        return UnparsedArguments(raw, str(exc))
 
 
-def tool_message(call: ToolCall, result: ToolResult, note: str | None = None) -> Message:
+def tool_message(call: ToolCall, result: ToolResult) -> Message:
     """What the model reads: the projected output (which names the artifact URI when cut), or the
     typed failure."""
     if result.exit_code == 0:
@@ -58,8 +56,6 @@ def tool_message(call: ToolCall, result: ToolResult, note: str | None = None) ->
     else:
         kind = (result.error_kind or {}).get("type", "error")
         content = f"Error ({kind}): {result.output or 'failed'}"
-        if note:
-            content += f"\nNote: {note}"
     return Message("tool", content, tool_call_id=call.id, name=call.name)
 
 
@@ -87,8 +83,8 @@ async def run_tool_calls(
     tools: Collection[str] | None = None,
 ) -> list[CallOutcome]:
     """``tools``: the run's surface (a sub-agent's); a call outside it is ``not_found``."""
-    parsed = [(call, *parse_arguments(call.arguments)) for call in calls]
-    width = _safe_together(kernel, [(c, a) for c, a, _ in parsed], tools)
+    parsed = [(call, parse_arguments(call.arguments)) for call in calls]
+    width = _safe_together(kernel, parsed, tools)
 
     async def one(call: ToolCall, args: Any) -> CallOutcome:
         loop = asyncio.get_running_loop()
@@ -115,21 +111,11 @@ async def run_tool_calls(
         return CallOutcome(call, result, record, suspended)
 
     if width == 1:
-        return [await one(call, args) for call, args, _ in parsed]
+        return [await one(call, args) for call, args in parsed]
     gate = asyncio.Semaphore(width)
 
     async def bounded(call: ToolCall, args: Any) -> CallOutcome:
         async with gate:
             return await one(call, args)
 
-    return list(await asyncio.gather(*(bounded(c, a) for c, a, _ in parsed)))
-
-
-def notes_for(calls: list[ToolCall]) -> dict[str, str]:
-    """Per model call id: why its arguments could not be parsed (added to the error it gets)."""
-    out: dict[str, str] = {}
-    for call in calls:
-        _, why = parse_arguments(call.arguments)
-        if why:
-            out[call.id] = why
-    return out
+    return list(await asyncio.gather(*(bounded(c, a) for c, a in parsed)))

@@ -12,8 +12,10 @@ cache reads. ``max_tokens`` is mandatory on this API: ``DEFAULT_MAX_TOKENS`` unl
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import anthropic
@@ -74,15 +76,15 @@ class AnthropicMessagesProvider:
         started = time.monotonic()
         params = self._params(request)
         try:
+            messages = self._clients.get().messages
+            create = messages.create if request.stream else messages.with_raw_response.create
             response = await before_deadline(
-                self._clients.get().messages.create(
-                    **params, stream=request.stream, timeout=seconds_left(request.deadline, started)
-                ),
+                create(**params, stream=request.stream, timeout=seconds_left(request.deadline, started)),
                 request.deadline,
                 started,
             )
             if not request.stream:
-                completion = _completion(response)
+                completion = _completion(json.loads(await response.read(), parse_int=_parse_int))
                 if completion.message.content:
                     yield TextDelta(completion.message.content)
                 yield completion
@@ -170,16 +172,43 @@ def _usage(raw: Any, base: Usage | None = None) -> Usage:
     return Usage(prompt, int(getattr(raw, "output_tokens", None) or 0), read, write)
 
 
-def _completion(response: Any) -> Completion:
+# A non-streamed body is read here, not by the SDK: its ``json.loads`` refuses an integer over Python's
+# int-string limit (4300 digits) in a tool call's ``input`` with a ValueError that failed the whole
+# run. Such an integer is kept as its digits and handed on in the call's argument text, where the
+# kernel refuses that call (invalid_argument, saying why) and the run goes on — as when streamed.
+_LONG_INT = "\x00a3s-long-int:"
+_LONG_INT_QUOTED = re.compile(r'"\\u0000a3s-long-int:(-?\d+)"')
+
+
+def _parse_int(digits: str) -> int | str:
+    try:
+        return int(digits)
+    except ValueError:
+        return _LONG_INT + digits
+
+
+def _arguments(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return _LONG_INT_QUOTED.sub(r"\1", text) if "\\u0000a3s-long-int:" in text else text
+
+
+def _completion(response: dict[str, Any]) -> Completion:
+    """A non-streamed ``Message`` body (JSON, read with ``_parse_int``) as a ``Completion``."""
     text: list[str] = []
     calls: list[ToolCall] = []
-    for block in response.content or ():
-        if block.type == "text":
-            text.append(block.text)
-        elif block.type == "tool_use":
-            calls.append(ToolCall(block.id, block.name, json.dumps(block.input, ensure_ascii=False)))
-    stop = STOP_REASONS.get(response.stop_reason or "", response.stop_reason or "stop")
-    return Completion(Message("assistant", "".join(text), tuple(calls)), _usage(response.usage), stop)
+    for block in response.get("content") or ():
+        if block.get("type") == "text":
+            text.append(str(block.get("text") or ""))
+        elif block.get("type") == "tool_use":
+            calls.append(ToolCall(str(block["id"]), str(block["name"]), _arguments(block.get("input", {}))))
+    reason = response.get("stop_reason") or ""
+    stop = STOP_REASONS.get(reason, reason or "stop")
+    usage = response.get("usage")
+    return Completion(
+        Message("assistant", "".join(text), tuple(calls)),
+        _usage(SimpleNamespace(**usage) if isinstance(usage, dict) else None),
+        stop,
+    )
 
 
 async def _read_stream(events: Any, deadline: float | None, started: float) -> AsyncIterator[StreamItem]:

@@ -352,6 +352,38 @@ def test_k4_arguments_nested_too_deeply_fail_the_call_not_the_run(
     assert replay[0]["content"][0]["input"] == {"_raw": deep}
 
 
+LONG_INT_ARGS = '{"file_path": "README.md", "offset": 1' + "0" * 5000 + "}"  # valid JSON; 5001 digits
+
+
+@STREAM_MODES
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+def test_k4_k8_an_integer_over_the_int_string_limit_is_named_as_such(
+    workspace: Path, model_env: Any, streaming: bool, wire: str
+) -> None:
+    """K-4/K-8: json.loads refuses an integer longer than 4300 digits with a ValueError; the model
+    was told "arguments must be a JSON object, got str". It is told what is wrong, on either wire,
+    streamed or not, and the run goes on."""
+    script = [{"tool_calls": [{"id": "x", "name": "read", "arguments": LONG_INT_ARGS}]}, {"text": "sorry"}]
+    server = ScriptedOpenAIServer(script) if wire == "openai" else ScriptedAnthropicServer(script)
+    model = "openai:test-model" if wire == "openai" else "anthropic:claude-test"
+    with model_env(server) as srv, Agent(model=model) as a:
+        s = a.session(workspace, SessionOptions(permission_policy=PermissionPolicy(allow=["read"])))
+        result, events = _run(s, "read it", streaming)
+        second = srv.requests[1].body
+    if wire == "openai":
+        told = _tool_messages(second)[0]["content"]
+    else:
+        told = next(b for m in second["messages"] for b in m["content"] if b.get("type") == "tool_result")[
+            "content"
+        ]
+    assert result.success and result.text == "sorry"
+    assert result.tool_calls[0].error_kind["type"] == "invalid_argument"
+    assert told.startswith("Error (invalid_argument)"), told
+    assert "integer" in told and "longer than 4300 digits" in told and "got str" not in told, told
+    end = next(e for e in events if e.type == "tool_end" and e.tool == "read")
+    assert "longer than 4300 digits" in end.data["error_kind"]["message"]
+
+
 def test_a2_anthropic_wire_run_with_a_tool_call(workspace: Path, model_env: Any) -> None:
     """A-2/G-6: the same loop over the Anthropic Messages wire format, streaming."""
     script = [_turn(("read", {"file_path": "README.md"}), text="Looking."), {"text": "A demo README."}]

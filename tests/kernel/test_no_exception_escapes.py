@@ -205,6 +205,37 @@ def test_k8_5000_deep_arguments_are_invalid_argument_everywhere(agent: Agent, wo
     s.close()
 
 
+def test_k4_k8_an_integer_over_the_int_string_limit_is_invalid_argument_everywhere(
+    agent: Agent, workspace: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A host's Python int longer than 4300 digits reached the tool, whose message naming it raised
+    ValueError ('Exceeds the limit ...', a traceback logged). It is refused before validation, saying so."""
+    import sys
+
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        huge = 10**5000
+    finally:
+        sys.set_int_max_str_digits(limit)
+    s = agent.session(workspace, SessionOptions(permission_policy=PermissionPolicy(allow=["*"])))
+    s.register_tool("echo", lambda args: "never", description="echo", parameters=SCHEMA)
+    caplog.set_level(logging.ERROR)
+    for name, args in (
+        ("echo", {"x": [1, {"y": -huge}]}),
+        ("read", {"file_path": "README.md", "offset": huge}),
+        ("batch", {"invocations": [{"tool": "read", "args": {"file_path": "README.md", "offset": huge}}]}),
+    ):
+        for call in (s.tool, s.governed_tool, s.model_tool_call):
+            res = call(name, args)
+            assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument", res.output
+            assert "integer" in res.output and "longer than 4300 digits" in res.output, res.output
+    assert [r.getMessage() for r in caplog.records if "raised" in r.getMessage()] == []
+    assert s.tool("read", {"file_path": "README.md", "offset": 10**4299}).output.startswith("Offset 1000")
+    assert s.tool("read", {"file_path": "README.md"}).exit_code == 0
+    s.close()
+
+
 def test_k8_built_in_tools_with_os_errors_are_typed(agent: Agent, workspace: Path) -> None:
     """A path component longer than NAME_MAX makes the OS say ENAMETOOLONG: a typed failure, not a raise."""
     s = agent.session(workspace, SessionOptions(permission_policy=PermissionPolicy(allow=["*"])))

@@ -55,6 +55,14 @@ def test_cli_errors_are_one_line_without_traceback(workspace: Path) -> None:
     assert len(bad_ws.stderr.strip().splitlines()) == 1
 
 
+def test_k8_cli_integer_over_the_int_string_limit_is_a_one_line_error(workspace: Path) -> None:
+    """K-8: valid JSON that json.loads refuses (an integer over 4300 digits) is a usage error naming it."""
+    long_int = run(["tool", "read", '{"file_path": "README.md", "offset": 1' + "0" * 5000 + "}"], workspace)
+    assert long_int.returncode == 2 and "Traceback" not in long_int.stderr, long_int.stderr[-500:]
+    assert len(long_int.stderr.strip().splitlines()) == 1
+    assert "integer" in long_int.stderr and "longer than 4300 digits" in long_int.stderr
+
+
 def test_cli_artifact_prints_original_bytes(workspace: Path) -> None:
     (workspace / "huge.txt").write_text("".join(f"{i:06d} " + "y" * 120 + "\n" for i in range(2000)))
     calls = [
