@@ -297,6 +297,40 @@ def test_patch_refuses_creating_an_existing_file_and_incomplete_deletes(ws: Path
     assert tree(ws) == before
 
 
+def _add(path: str) -> str:
+    return f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+{path}\n"
+
+
+@pytest.mark.parametrize(
+    ("diff", "file", "inside"),
+    [
+        (_add("sub") + _add("sub/x"), "sub", "sub/x"),
+        (_add("sub/x") + _add("sub"), "sub", "sub/x"),
+        (_add("a/sub") + _add("src/n.py") + _add("a/sub/x/y"), "a/sub", "a/sub/x/y"),
+        ("*** Begin Patch\n*** Add File: sub\n+x\n*** Add File: sub/x\n+y\n*** End Patch", "sub", "sub/x"),
+        (
+            "--- a/src/app.py\n+++ /dev/null\n@@ -1,5 +0,0 @@\n-import os\n-\n-\n-def main():\n-    return os.getcwd()\n"
+            + _add("src/app.py/x"),
+            "src/app.py",
+            "src/app.py/x",
+        ),
+    ],
+    ids=["file-then-inside", "inside-then-file", "deeper-among-others", "envelope", "delete-file-add-inside"],
+)
+def test_b3_k8_patch_naming_a_file_and_a_path_inside_it_is_a_clear_conflict(
+    ws: Path, diff: str, file: str, inside: str
+) -> None:
+    """B-3/K-8: creating sub and sub/x was refused as a 'Concurrent modification' (version_conflict,
+    'created by someone else'): nobody else was there. It is invalid_argument naming both paths,
+    decided before anything is read or written."""
+    before = tree(ws)
+    res = patch(ws, diff)
+    assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument", res.output
+    assert f"{file} " in res.output and inside in res.output and "nothing was written" in res.output
+    assert "Concurrent" not in res.output
+    assert tree(ws) == before and sorted(p.name for p in ws.iterdir()) == ["src"]
+
+
 def test_patch_paths_lists_every_touched_path() -> None:
     params = TOOL.validate(
         {"diff": "*** Begin Patch\n*** Update File: a.py\n*** Move to: b.py\n@@\n-x\n+y\n*** End Patch"}

@@ -269,10 +269,15 @@ def plan(
     """
     planned: list[Planned] = []
     seen: set[str] = set()
+    named: set[str] = set()  # every section's paths so far, normalized
+    under: dict[str, str] = {}  # each directory above a path in ``named`` -> the first such path
     for fp in files:
         if protect:
             _refuse_git_metadata(ws, (fp.old_path, fp.new_path, default_path))
         src, dst, rename = _resolve_paths(fp, ws, default_path, len(files) == 1, protect)
+        for rel in (_rel(p) for p in (src, dst) if p is not None):
+            if rel:  # before any target is opened (``sub/x`` under a file ``sub`` is "not a directory")
+                _claim_path(rel, named, under)
         src_t = _fileio.target(ws, src, protect=protect) if src is not None else None
         dst_t = _fileio.target(ws, dst, protect=protect) if dst is not None else None
         for t in {x.rel: x for x in (src_t, dst_t) if x is not None}.values():
@@ -289,6 +294,28 @@ def plan(
                 f"patch not applied (nothing was written): {label}: {exc}", path=label
             ) from None
     return planned
+
+
+def _claim_path(rel: str, named: set[str], under: dict[str, str]) -> None:
+    """Add a section's path to ``named`` (its directories to ``under``) — unless a path already
+    named lies above it or inside it (``sub`` and ``sub/x``): every section path is a file, and one
+    cannot also be the directory of another. The commit found that only as ``sub`` "created by
+    someone else" (a version_conflict naming nobody); it is refused here, naming both, before this
+    section's files are opened and before anything is written."""
+    parts = rel.split("/")
+    above = next((a for a in ("/".join(parts[:i]) for i in range(1, len(parts))) if a in named), None)
+    file, inside = (above, rel) if above is not None else (rel, under.get(rel))
+    if file is None or inside is None:
+        named.add(rel)
+        for i in range(1, len(parts)):
+            under.setdefault("/".join(parts[:i]), rel)
+        return
+    raise InvalidArgument(
+        f"patch not applied (nothing was written): the patch names both {file} and {inside} — "
+        f"{file} cannot be a file and the directory holding {inside}; turning a file into a "
+        "directory takes two patches (delete it, then create the files inside)",
+        path=file,
+    )
 
 
 def _refuse_git_metadata(ws: Any, paths: tuple[str | None, ...]) -> None:
