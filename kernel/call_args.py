@@ -53,11 +53,11 @@ def parse_json_arguments(raw: str) -> Any:
         raise InvalidArgument("$: the arguments are nested too deeply to parse") from None
 
 
-def long_int_reason(exc: ValueError | None = None) -> str:
+def long_int_reason(exc: ValueError | None = None, where: str = "the arguments") -> str:
     """What ``json.loads``'s int-string-limit ``ValueError`` means, for whoever sent the JSON."""
     got = _INT_DIGITS.search(str(exc)) if exc is not None else None
     has = f" (one has {got.group(1)})" if got else ""
-    return f"an integer in the arguments is longer than {sys.get_int_max_str_digits()} digits{has}"
+    return f"an integer in {where} is longer than {sys.get_int_max_str_digits()} digits{has}"
 
 
 def depth_within(value: Any, limit: int) -> bool:

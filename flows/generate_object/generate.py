@@ -54,6 +54,7 @@ from flows.providers import (
     Usage,
 )
 from flows.providers.errors import StatusTransport
+from kernel.call_args import long_int_reason
 from kernel.errors import InvalidArgument, ProviderError, Timeout, Transport
 
 PARTIAL_INTERVAL_S = 0.1
@@ -220,8 +221,10 @@ class _Generation:
             raw = call.arguments
             try:
                 args = json.loads(raw or "{}")
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 raise NotJson(f"the {call.name} arguments are not valid JSON ({exc})") from None
+            except ValueError as exc:  # valid JSON over Python's int-string limit
+                raise NotJson(long_int_reason(exc, f"the {call.name} arguments")) from None
             return self.schema.unwrap(args), raw
         return extract_json(message.content), message.content
 

@@ -15,6 +15,8 @@ import json
 import re
 from typing import Any
 
+from kernel.call_args import long_int_reason
+
 MAX_REPORTED_ERRORS = 8
 WRAP_KEY = "value"
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.S)
@@ -87,6 +89,8 @@ def extract_json(text: str) -> Any:
         if end > start:
             try:
                 return json.loads(stripped[start : end + 1])
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 raise NotJson(f"the reply is not valid JSON ({exc})") from None
+            except ValueError as exc:  # valid JSON over Python's int-string limit
+                raise NotJson(long_int_reason(exc, "the reply")) from None
     raise NotJson("the reply holds no JSON value")

@@ -77,6 +77,26 @@ def test_g4_an_invalid_object_is_repaired_with_the_errors_fed_back(
     assert second["tool_choice"] == {"type": "function", "function": {"name": "result"}}
 
 
+@pytest.mark.parametrize("mode", ["tool", "json"])
+def test_g4_k8_an_integer_over_the_int_string_limit_is_named_in_the_repair(
+    agent: Agent, workspace: Path, env: Any, mode: str
+) -> None:
+    """G-4/K-8: valid JSON holding an integer over 4300 digits, which json.loads refuses, is fed back
+    as what it is — not as "not valid JSON (Exceeds the limit ... sys.set_int_max_str_digits())"."""
+    huge = '{"name": "Ada", "age": 1' + "0" * 5000 + "}"
+    first = _object_turn(huge) if mode == "tool" else {"text": huge}
+    fixed: dict[str, Any] = (
+        _object_turn({"name": "Ada", "age": 36}) if mode == "tool" else {"text": '{"name": "Ada", "age": 36}'}
+    )
+    with env(ScriptedOpenAIServer([first, fixed])) as srv:
+        s = agent.session(workspace)
+        out = s.generate_object(PERSON, "Describe Ada Lovelace.", mode=mode)
+        second = srv.requests[1].body
+    assert out["object"] == {"name": "Ada", "age": 36} and out["repair_rounds"] == 1
+    feedback = json.dumps(second["messages"][2:])
+    assert "longer than 4300 digits" in feedback and "set_int_max_str_digits" not in feedback, feedback[:600]
+
+
 def test_g4_gives_up_after_max_repair_attempts(agent: Agent, workspace: Path, env: Any) -> None:
     """G-4: after max_repair_attempts repairs that still fail, the call fails (invalid_argument naming
     the errors) and no further request is made."""
