@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -84,7 +85,7 @@ class AnthropicMessagesProvider:
                 started,
             )
             if not request.stream:
-                completion = _completion(json.loads(await response.read(), parse_int=_parse_int))
+                completion = _parse_body(await response.read())
                 if completion.message.content:
                     yield TextDelta(completion.message.content)
                 yield completion
@@ -176,31 +177,41 @@ def _usage(raw: Any, base: Usage | None = None) -> Usage:
 # int-string limit (4300 digits) in a tool call's ``input`` with a ValueError that failed the whole
 # run. Such an integer is kept as its digits and handed on in the call's argument text, where the
 # kernel refuses that call (invalid_argument, saying why) and the run goes on — as when streamed.
-_LONG_INT = "\x00a3s-long-int:"
-_LONG_INT_QUOTED = re.compile(r'"\\u0000a3s-long-int:(-?\d+)"')
+# The digits travel as a string behind a marker drawn afresh for each body, so no string a model
+# writes can pass for one.
+class _LongInts:
+    def __init__(self) -> None:
+        self.marker = f"\x00{secrets.token_hex(16)}:"
+        quoted = json.dumps(self.marker)[1:-1]  # how json.dumps writes the marker inside a string
+        self._pattern = re.compile('"' + re.escape(quoted) + r'(-?\d+)"')
+        self._quoted = quoted
+
+    def parse_int(self, digits: str) -> int | str:
+        try:
+            return int(digits)
+        except ValueError:
+            return self.marker + digits
+
+    def arguments(self, value: Any) -> str:
+        """``value`` as JSON text, every kept integer written back as its digits."""
+        text = json.dumps(value, ensure_ascii=False)
+        return self._pattern.sub(r"\1", text) if self._quoted in text else text
 
 
-def _parse_int(digits: str) -> int | str:
-    try:
-        return int(digits)
-    except ValueError:
-        return _LONG_INT + digits
+def _parse_body(body: bytes) -> Completion:
+    long_ints = _LongInts()
+    return _completion(json.loads(body, parse_int=long_ints.parse_int), long_ints.arguments)
 
 
-def _arguments(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return _LONG_INT_QUOTED.sub(r"\1", text) if "\\u0000a3s-long-int:" in text else text
-
-
-def _completion(response: dict[str, Any]) -> Completion:
-    """A non-streamed ``Message`` body (JSON, read with ``_parse_int``) as a ``Completion``."""
+def _completion(response: dict[str, Any], arguments: Callable[[Any], str]) -> Completion:
+    """A non-streamed ``Message`` body, parsed, as a ``Completion``; ``arguments`` writes a tool call's input."""
     text: list[str] = []
     calls: list[ToolCall] = []
     for block in response.get("content") or ():
         if block.get("type") == "text":
             text.append(str(block.get("text") or ""))
         elif block.get("type") == "tool_use":
-            calls.append(ToolCall(str(block["id"]), str(block["name"]), _arguments(block.get("input", {}))))
+            calls.append(ToolCall(str(block["id"]), str(block["name"]), arguments(block.get("input", {}))))
     reason = response.get("stop_reason") or ""
     stop = STOP_REASONS.get(reason, reason or "stop")
     usage = response.get("usage")

@@ -96,6 +96,25 @@ def test_g6_a3_text_tool_calls_and_usage_round_trip(wire: str, server_cls: Any, 
         assert len(pieces) > 2  # really streamed in pieces
 
 
+def test_g6_k4_anthropic_blocking_keeps_long_integers_as_digits_and_strings_as_strings() -> None:
+    """G-6/K-4: a non-streamed Anthropic body is parsed here so that an integer over Python's
+    4300-digit limit reaches the kernel as digits (which refuses that one call). The digits travel
+    behind a per-body random marker: a string the model writes, even one shaped like an earlier
+    fixed marker, comes back as the same string, never as a number."""
+    digits = "7" * 5000
+    lookalike = "\u0000a3s-long-int:5"
+    arguments = '{"big": ' + digits + ', "text": ' + json.dumps(lookalike) + ', "small": 3}'
+    script = [{"tool_calls": [{"id": "c1", "name": "read", "arguments": arguments}]}]
+    with ScriptedAnthropicServer(script) as srv:
+        provider = provider_for("anthropic:claude-test", srv.env())
+        final = asyncio.run(_collect(provider, _request(False)))[-1]
+    assert isinstance(final, Completion)
+    text = final.message.tool_calls[0].arguments
+    assert '"big": ' + digits + "," in text  # the digits, unquoted, for the kernel to refuse
+    tail = json.loads(text.replace(digits, "0"))
+    assert tail == {"big": 0, "text": lookalike, "small": 3}
+
+
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "blocking"])
 def test_g6_openai_request_wire_shape(stream: bool) -> None:
     """G-6: the OpenAI request carries system, tools, prior tool calls/results in chat-completions
