@@ -2,7 +2,7 @@
 ``docker-compose.yml`` (+ the sandbox overlay) and the example plan the image runs.
 
 Building and running the image takes minutes, so it is a manual check, ``scripts/container-check``
-(Podman; docs/fleet.md "Containers" has what it ran and the figures). Here the first tests check the
+(Docker or Podman; docs/fleet.md "Containers" has what it ran and the figures). Here the first tests check the
 files statically (parsed, not grepped where a parser exists). The ``fleet`` tests then run, for real,
 everything the compose file relies on that does not need a container: the worker's healthcheck
 command against a live worker (and against a missing one), Flower started as compose starts it — its
