@@ -5,8 +5,9 @@ report is complete and every command's effect happened exactly once.
 
 How the kill lands deterministically: worker A (prefork, the production pool) starts alone and takes
 all four commands; one finishes at once, three block until the test creates ``go``. Worker B (threads)
-then joins, A is killed with its whole process group, and ``go`` appears: the three blocked commands
-never reached their effect on A, are redelivered to B and run there; the finished one is not run again.
+then joins, A is killed with its whole process group, its commands are seen to die with it (no
+orphan), and ``go`` appears: the three blocked commands never reached their effect on A, are
+redelivered to B and run there; the finished one is not run again.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def _command(cid: str, blocking: bool) -> dict[str, object]:
     return {
         "id": cid,
         "kind": "check",
-        "command": f"echo {cid} >> starts.txt; {wait}echo {cid} >> ledger.txt",
+        "command": f"echo {cid} >> starts.txt; echo $$ >> pids.txt; {wait}echo {cid} >> ledger.txt",
         "timeout_ms": 120_000,
     }
 
@@ -48,6 +49,15 @@ def _unacked_for(env: FleetEnv) -> int:
         return sum(1 for raw in client.hvals(UNACKED_KEY) if json.loads(raw)[2] == env.queue)
     finally:
         client.close()
+
+
+def _running(pid: int) -> bool:
+    """``pid`` exists and is not a zombie waiting for its reaper."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
 
 
 def _lines(path: Path) -> list[str]:
@@ -77,9 +87,15 @@ def test_f3_worker_sigkilled_mid_verify_is_detected_and_its_commands_redelivered
                 f"the quick job was never acknowledged: {_unacked_for(env)} held"
             )
             time.sleep(0.05)
+        victim_commands = [int(pid) for pid in _lines(tmp_path / "pids.txt")]
         spawn_worker(env, "survivor", pool="threads", concurrency=4)
         victim.kill()  # SIGKILL to the main process and its pool: its three jobs stay unacknowledged
         killed_at = time.monotonic()
+        # Its commands die with it, but not in the same instant: were `go` made first, a blocked
+        # command still alive for a few ms under load would see it and do its effect (seen in CI).
+        while alive := [pid for pid in victim_commands if _running(pid)]:
+            assert time.monotonic() < killed_at + 30, f"commands outlived their killed worker: {alive}"
+            time.sleep(0.02)
         (tmp_path / "go").touch()
         report = pending.result(timeout=RECOVERY_BOUND_S + 30)
         recovered_in = time.monotonic() - killed_at
