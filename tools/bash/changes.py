@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from tools._offthread import abandon
+
 SNAPSHOT_BUDGET_S = 0.4
 MTIME_SNAPSHOT_MAX_FILES = 20_000
 MAX_DIRTY_PATHS_STATTED = 5_000
@@ -57,7 +59,7 @@ async def take_snapshot(root: Path) -> Snapshot | None:
     try:
         entries = await asyncio.wait_for(asyncio.shield(future), SNAPSHOT_BUDGET_S)
     except TimeoutError:
-        future.add_done_callback(_swallow)
+        abandon(future)  # the walk ends on its own; its outcome is never logged
         return None
     except (_Unknown, OSError):
         return None
@@ -70,11 +72,6 @@ def changed_paths(before: Snapshot | None, after: Snapshot | None) -> list[str] 
         return None
     keys = before.entries.keys() | after.entries.keys()
     return sorted(k for k in keys if before.entries.get(k) != after.entries.get(k))
-
-
-def _swallow(future: asyncio.Future[object]) -> None:
-    if not future.cancelled():
-        future.exception()
 
 
 def _git_snapshot(root: Path, deadline: float) -> dict[str, Entry]:
