@@ -8,6 +8,13 @@ model response's usage (``charge_model``) and asks ``check_before_model`` before
 ``max_model_tokens`` bounds prompt + completion tokens over the session (cached prompt tokens count:
 they are still context the model read). ``charge_delegated`` adds what delegated ``task`` children
 spent: their budgets were shares of this one.
+
+Delegation reserves (``reserve``): a ``task`` call holds its children's shares of what is left —
+limit minus used minus what running calls already hold — when it starts, atomically, and ``settle``
+charges what they spent and releases the rest when it ends. Concurrent calls therefore divide the
+remainder instead of each taking all of it, and every check counts what is held as spent. A
+reservation is never persisted (``usage``): a run that suspends on its calls is charged their
+children's spend when it resumes.
 """
 
 from __future__ import annotations
@@ -44,6 +51,28 @@ class Budget:
         return cls(**(d or {}))
 
 
+# The consumables a delegated run gets a share of (wall time is not: children run side by side).
+RESERVABLE = ("tool_calls", "output_bytes", "model_tokens")
+
+
+@dataclass(slots=True)
+class Reservation:
+    """What one delegating call holds: ``per_run[resource]`` for each of ``runs`` children (None: no
+    limit). ``settle`` ends it once."""
+
+    runs: int
+    per_run: dict[str, int | None]
+    settled: bool = False
+
+    def share(self, resource: str) -> int | None:
+        return self.per_run.get(resource)
+
+    def whole(self) -> dict[str, int]:
+        """Every child's whole share, as a usage mapping (model tokens counted as prompt tokens)."""
+        keys = {"tool_calls": "tool_calls", "output_bytes": "output_bytes", "model_tokens": "prompt_tokens"}
+        return {keys[r]: (v or 0) * self.runs for r, v in self.per_run.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class Threshold:
     resource: str
@@ -64,6 +93,7 @@ class BudgetTracker:
         self.completion_tokens = int(used.get("completion_tokens", 0))
         self.cached_tokens = int(used.get("cached_tokens", 0))
         self._soft_sent: set[str] = set(used.get("soft_sent", []) or [])  # type: ignore[arg-type]
+        self.reserved: dict[str, int] = dict.fromkeys(RESERVABLE, 0)  # held by running `task` calls
         self._lock = threading.Lock()
 
     def usage(self) -> dict[str, Any]:
@@ -80,6 +110,7 @@ class BudgetTracker:
         """Admit one call (counting it) or raise; returns newly crossed soft thresholds."""
         b = self.budget
         with self._lock:
+            held = self.reserved
             levels = (
                 ("tool_calls", self.tool_calls + 1, b.max_tool_calls),
                 ("output_bytes", self.output_bytes, b.max_output_bytes),
@@ -88,14 +119,16 @@ class BudgetTracker:
             for resource, consumed, limit in levels:
                 if limit is None:
                     continue
-                over = consumed > limit if resource == "tool_calls" else consumed >= limit
+                reserved = held.get(resource, 0)
+                total = consumed + reserved
+                over = total > limit if resource == "tool_calls" else total >= limit
                 if over:
+                    used = consumed if resource != "tool_calls" else consumed - 1
                     raise BudgetExhausted(
-                        f"Budget exhausted: {resource} {consumed if resource != 'tool_calls' else consumed - 1}"
-                        f" of {limit} used",
+                        f"Budget exhausted: {resource} {used} of {limit} used" + _held(reserved),
                         resource=resource,
                         reason=f"{resource} limit {limit} reached",
-                        consumed=consumed,
+                        consumed=total,
                         limit=limit,
                     )
             self.tool_calls += 1
@@ -128,17 +161,69 @@ class BudgetTracker:
     def charge_delegated(self, usage: Mapping[str, Any]) -> None:
         """What delegated child runs spent (their ``TaskResult.usage``): their shares came out of
         this budget, so their tool calls, output bytes and model tokens count here too."""
+        with self._lock:
+            self._charge(usage)
 
+    def _charge(self, usage: Mapping[str, Any]) -> None:
         def count(key: str) -> int:
             value = usage.get(key)
             return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
+        self.tool_calls += count("tool_calls")
+        self.output_bytes += count("output_bytes")
+        self.prompt_tokens += count("prompt_tokens")
+        self.completion_tokens += count("completion_tokens")
+        self.cached_tokens += count("cached_tokens")
+
+    def reserve(self, runs: int) -> Reservation:
+        """Hold an equal share of what is left of each limited consumable for each of ``runs``
+        delegated runs, or raise ``budget_exhausted`` naming the resource when what is left (not
+        spent, not held by another call) is less than one unit per run."""
+        b = self.budget
+        n = max(1, runs)
         with self._lock:
-            self.tool_calls += count("tool_calls")
-            self.output_bytes += count("output_bytes")
-            self.prompt_tokens += count("prompt_tokens")
-            self.completion_tokens += count("completion_tokens")
-            self.cached_tokens += count("cached_tokens")
+            spent = {
+                "tool_calls": self.tool_calls,
+                "output_bytes": self.output_bytes,
+                "model_tokens": self.prompt_tokens + self.completion_tokens,
+            }
+            limits = {
+                "tool_calls": b.max_tool_calls,
+                "output_bytes": b.max_output_bytes,
+                "model_tokens": b.max_model_tokens,
+            }
+            per: dict[str, int | None] = {}
+            for resource in RESERVABLE:
+                limit = limits[resource]
+                if limit is None:
+                    per[resource] = None
+                    continue
+                held = self.reserved[resource]
+                left = limit - spent[resource] - held
+                if left < n:
+                    raise BudgetExhausted(
+                        f"Budget exhausted: {resource} {spent[resource]} of {limit} used{_held(held)}:"
+                        f" {max(0, left)} left for {n} delegated run(s), at least 1 each",
+                        resource=resource,
+                        reason=f"{resource} limit {limit} reached",
+                        consumed=spent[resource] + held,
+                        limit=limit,
+                    )
+                per[resource] = left // n
+            for resource, share in per.items():
+                self.reserved[resource] += (share or 0) * n
+            return Reservation(n, per)
+
+    def settle(self, reservation: Reservation, spent: Mapping[str, Any]) -> None:
+        """End ``reservation``: release what it held and charge what its runs ``spent`` (a usage
+        mapping, as ``charge_delegated``). A second settle of the same reservation does nothing."""
+        with self._lock:
+            if reservation.settled:
+                return
+            reservation.settled = True
+            for resource, share in reservation.per_run.items():
+                self.reserved[resource] = max(0, self.reserved[resource] - (share or 0) * reservation.runs)
+            self._charge(spent)
 
     def check_before_model(self, now_ms: int) -> list[Threshold]:
         """Admit one model request or raise ``budget_exhausted`` (model tokens, wall time); returns
@@ -150,12 +235,13 @@ class BudgetTracker:
                 ("wall_time_ms", now_ms - self.started_ms, b.max_wall_time_ms),
             )
             for resource, consumed, limit in levels:
-                if limit is not None and consumed >= limit:
+                reserved = self.reserved.get(resource, 0)
+                if limit is not None and consumed + reserved >= limit:
                     raise BudgetExhausted(
-                        f"Budget exhausted: {resource} {consumed} of {limit} used",
+                        f"Budget exhausted: {resource} {consumed} of {limit} used" + _held(reserved),
                         resource=resource,
                         reason=f"{resource} limit {limit} reached",
-                        consumed=consumed,
+                        consumed=consumed + reserved,
                         limit=limit,
                     )
             crossed: list[Threshold] = []
@@ -168,3 +254,7 @@ class BudgetTracker:
                         Threshold(resource, "soft", consumed, limit, f"{resource} at {consumed} of {limit}")
                     )
             return crossed
+
+
+def _held(reserved: int) -> str:
+    return f", {reserved} held by running task calls" if reserved else ""

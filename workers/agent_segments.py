@@ -260,8 +260,8 @@ class AgentSegments(abc.ABC):
         for j, g in enumerate(susp.state["groups"]):
             settled = susp.settled.get(j, "")
             results = []
-            for s in g["specs"]:
-                spec = ChildSpec.from_json(s)
+            specs = [ChildSpec.from_json(s) for s in g["specs"]]
+            for spec in specs:
                 raw = susp.results.get((j, spec.index))
                 if raw is not None:
                     tr = TaskResult.from_json(raw)
@@ -286,7 +286,7 @@ class AgentSegments(abc.ABC):
                 min_success_count=g.get("min_success_count"),
                 timed_out=settled == "timed_out",
             )
-            charge_children(core.kernel.budget, result)  # their shares came out of this run's budget
+            charge_children(core.kernel.budget, specs, results)  # their shares came out of this budget
             result.output, result.metadata = core.kernel.projector.project(
                 g["tool"], result.output, result.metadata
             )

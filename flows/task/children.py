@@ -2,9 +2,11 @@
 
 ``plan_children`` turns a validated ``task`` call into ``ChildSpec``s before anything runs: every
 agent is resolved (an unknown one is ``not_found`` and no child starts), each child gets a task id,
-its model (the agent's, else the parent session's) and its *share of the budget*: the parent's
-remaining tool calls, output bytes and model tokens divided by the number of children (at least 1
-each), and the parent's remaining wall time (children run side by side, so each may use all of it).
+its model (the agent's, else the parent session's) and its *share of the budget*: what the call
+reserved of the parent's remaining tool calls, output bytes and model tokens (what is neither spent
+nor held by another running call, divided by the number of children, at least 1 each —
+``kernel.budget.BudgetTracker.reserve``), and the parent's remaining wall time (children run side by
+side, so each may use all of it).
 
 ``run_child`` runs one spec — the same code embedded (a session built on the parent's loop) and on a
 worker (a session built by the worker's factory): a *new* session with its own id on the parent's
@@ -24,14 +26,14 @@ parsed and validated (draft 2020-12) and repaired as ``flows.task.runs.advance``
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from flows.task.agents import AgentDef, resolve_agent
 from flows.task.result import Completion, TaskResult, anchors_of
 from flows.task.runs import DEFAULT_MAX_STEPS, Finished, RunPlan, Suspended, advance
-from kernel.budget import Budget
+from kernel.budget import Budget, Reservation
 from kernel.events import EventSink
 from kernel.hooks import PostToolInput, PreToolInput
 from kernel.options import SessionOptions
@@ -103,30 +105,21 @@ class ChildSpec:
 
 
 def budget_share(
-    budget: Budget | None, used: dict[str, Any], now_ms: int, started_ms: int, n: int
+    budget: Budget | None, reservation: Reservation | None, now_ms: int, started_ms: int
 ) -> Budget | None:
-    """A child's share of what the parent has left (see the module docstring)."""
+    """A child's budget: its share of what the parent's call reserved (``BudgetTracker.reserve``)
+    and the parent's remaining wall time (see the module docstring)."""
     if budget is None:
         return None
-
-    def share(limit: int | None, spent: Any) -> int | None:
-        if limit is None:
-            return None
-        return max(1, (limit - int(spent or 0)) // max(1, n))
-
+    per = reservation.per_run if reservation is not None else {}
     wall = budget.max_wall_time_ms
-    values: dict[str, Any] = {
-        "max_tool_calls": share(budget.max_tool_calls, used.get("tool_calls")),
-        "max_output_bytes": share(budget.max_output_bytes, used.get("output_bytes")),
-        "max_wall_time_ms": None if wall is None else max(1, wall - (now_ms - started_ms)),
-        "soft_ratio": budget.soft_ratio,
-    }
-    # Issue 8 adds model tokens to the budget; share them the same way when the field exists.
-    tokens = getattr(budget, "max_model_tokens", None)
-    if tokens is not None:
-        spent = int(used.get("prompt_tokens") or 0) + int(used.get("completion_tokens") or 0)
-        values["max_model_tokens"] = share(tokens, spent)
-    return Budget.from_json(values)
+    return Budget(
+        max_tool_calls=per.get("tool_calls"),
+        max_output_bytes=per.get("output_bytes"),
+        max_wall_time_ms=None if wall is None else max(1, wall - (now_ms - started_ms)),
+        soft_ratio=budget.soft_ratio,
+        max_model_tokens=per.get("model_tokens"),
+    )
 
 
 def plan_children(
@@ -135,14 +128,10 @@ def plan_children(
     *,
     call_id: str,
     parent_model: str | None,
-    budget: Budget | None,
-    budget_used: dict[str, Any],
-    now_ms: int,
-    started_ms: int,
 ) -> list[ChildSpec]:
-    """Validated ``task`` items → child specs (agents resolved first: an unknown one fails the call)."""
+    """Validated ``task`` items → child specs without budgets (agents resolved first: an unknown
+    one fails the call before anything is reserved); ``with_budget`` gives them their share."""
     agents = [resolve_agent(workspace, item.agent) for item in items]
-    share = budget_share(budget, budget_used, now_ms, started_ms, len(items))
     specs = []
     for i, (item, agent) in enumerate(zip(items, agents, strict=True)):
         steps = item.max_steps or agent.max_steps or DEFAULT_MAX_STEPS
@@ -156,10 +145,13 @@ def plan_children(
                 max_steps=steps,
                 output_schema=item.output_schema,
                 model=agent.model or parent_model,
-                budget=share,
             )
         )
     return specs
+
+
+def with_budget(specs: Sequence[ChildSpec], share: Budget | None) -> list[ChildSpec]:
+    return [replace(spec, budget=share) for spec in specs]
 
 
 @dataclass
@@ -253,14 +245,18 @@ async def run_child(
     *,
     session_id: str,
     sinks: Sequence[EventSink] = (),
+    on_spent: Callable[[dict[str, int]], None] | None = None,
 ) -> TaskResult:
-    """Run one child to its end (see the module docstring); never raises for a child's failure."""
+    """Run one child to its end (see the module docstring); never raises for a child's failure.
+    ``on_spent`` hears what the child's session spent when it ends, however it ends (cancelled
+    included): its parent is charged that, not its whole share."""
     started = time.monotonic()
     guard = _ChildGuard(spec.agent)
-    core = factory.build(
-        workspace, child_options(parent_options, guard, spec.budget), session_id=session_id, sinks=sinks
-    )
+    core = None
     try:
+        core = factory.build(
+            workspace, child_options(parent_options, guard, spec.budget), session_id=session_id, sinks=sinks
+        )
         plan = child_plan(spec, core.kernel.registry.names())
         guard.allowed = frozenset(plan.tools or ())
         guard.kernel = core.kernel
@@ -277,7 +273,20 @@ async def run_child(
             )
         return task_result(spec, outcome, guard.anchors, int((time.monotonic() - started) * 1000))
     finally:
-        await close_core(core)
+        if on_spent is not None:
+            on_spent(session_spent(core))
+        if core is not None:
+            await close_core(core)
+
+
+def session_spent(core: Any) -> dict[str, int]:
+    """What a child session's budget tracker counted (nothing for a session never built)."""
+    tracker = getattr(getattr(core, "kernel", None), "budget", None)
+    if tracker is None:
+        return {}
+    usage = tracker.usage()
+    keys = ("tool_calls", "output_bytes", "prompt_tokens", "completion_tokens", "cached_tokens")
+    return {k: int(usage.get(k) or 0) for k in keys}
 
 
 async def close_core(core: Any) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 from flows.fanout import Branch, FanOutPolicy, fan_out
 from flows.task.children import ChildSpec, run_child
 from flows.task.result import TaskResult, task_outcome
+from flows.task.settle import known_spend
 from flows.task.tool import TaskCall
 from kernel.context import ToolContext
 from kernel.errors import NotFound, Timeout
@@ -124,9 +125,13 @@ class ChildFanOut(abc.ABC):
                 spec = call.specs[index]
                 sid = children.child_session_id(ctx, spec)
                 sessions[index] = sid
+                call.started.add(index)  # from here on it may spend (flows.task.settle)
                 emit(ctx, "subagent_start", start_data(spec, sid))
                 result = await children.run_one(ctx, call, spec, sid)
                 results[index] = result
+                spend = known_spend(result.usage)
+                if spend is not None:
+                    call.spent[index] = spend
                 return as_tool_result(call.tool, result)
 
         branches = [Branch(call.tool, {}, s.description) for s in call.specs]
@@ -277,4 +282,9 @@ class InProcessChildren(ChildFanOut):
         self.factory = factory
 
     async def run_one(self, ctx: ToolContext, call: TaskCall, spec: ChildSpec, session_id: str) -> TaskResult:
-        return await run_child(self.factory, ctx.workspace, ctx.settings, spec, session_id=session_id)
+        def spent(usage: dict[str, int]) -> None:  # cancelled too: the parent pays what it spent
+            call.spent[spec.index] = usage
+
+        return await run_child(
+            self.factory, ctx.workspace, ctx.settings, spec, session_id=session_id, on_spent=spent
+        )

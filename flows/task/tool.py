@@ -18,13 +18,15 @@ bounded ``TaskResult``s (``flows.task.result.task_outcome``). ``parallel_task`` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from flows.agent.conversation import MODEL_STATE_KEY
 from flows.agent.tool_turn import SUSPEND_KEY
-from flows.task.children import ChildSpec, plan_children
+from flows.task.children import ChildSpec, budget_share, plan_children, with_budget
 from flows.task.schema import ParallelTaskParams, TaskParams
+from flows.task.settle import child_spend, known_spend, reported_usage, settle, total
+from kernel.budget import Budget, Reservation
 from kernel.context import ToolContext
 from kernel.errors import Unsupported
 from kernel.result import ToolResult
@@ -46,7 +48,10 @@ DESCRIPTION = (
 
 @dataclass
 class TaskCall:
-    """One ``task`` call, planned: what a ``ChildRunner`` runs."""
+    """One ``task`` call, planned: what a ``ChildRunner`` runs.
+
+    ``reservation`` holds the children's shares on the parent's budget until the call is settled;
+    a runner records which children ``started`` and what each ``spent`` (``flows.task.settle``)."""
 
     tool: str
     call_id: str
@@ -55,6 +60,9 @@ class TaskCall:
     min_success_count: int | None
     timeout_ms: int | None
     background: bool
+    reservation: Reservation | None = None
+    started: set[int] = field(default_factory=set)
+    spent: dict[int, dict[str, int]] = field(default_factory=dict)
 
 
 class ChildRunner(Protocol):
@@ -64,28 +72,29 @@ class ChildRunner(Protocol):
 
 
 def plan_call(ctx: ToolContext, tool: str, params: TaskParams | ParallelTaskParams) -> TaskCall:
-    options = ctx.settings
+    """Plan the children (an unknown agent fails here, before anything is held), then reserve their
+    shares of the parent's budget: atomically, so concurrent calls divide what is left instead of
+    each taking all of it (nothing left for one each: ``budget_exhausted`` naming the resource)."""
     tracker = getattr(ctx, "budget", None)
-    used = tracker.usage() if tracker is not None else {}
-    started = tracker.started_ms if tracker is not None else ctx.clock.now_ms()
     specs = plan_children(
         ctx.workspace,
         params.tasks,
         call_id=ctx.call_id,
         parent_model=ctx.session_state.get(MODEL_STATE_KEY),
-        budget=getattr(options, "budget", None),
-        budget_used=used,
-        now_ms=ctx.clock.now_ms(),
-        started_ms=started,
     )
+    budget = tracker.budget if tracker is not None else getattr(ctx.settings, "budget", None)
+    reservation = tracker.reserve(len(specs)) if tracker is not None else None
+    started = tracker.started_ms if tracker is not None else ctx.clock.now_ms()
+    share = budget_share(budget, reservation, ctx.clock.now_ms(), started)
     return TaskCall(
         tool=tool,
         call_id=ctx.call_id,
-        specs=specs,
+        specs=with_budget(specs, share),
         allow_partial_failure=params.allow_partial_failure,
         min_success_count=params.min_success_count,
         timeout_ms=params.timeout_ms,
         background=bool(getattr(params.tasks[0], "background", False)),
+        reservation=reservation,
     )
 
 
@@ -94,44 +103,67 @@ async def _run(ctx: ToolContext, tool: str, params: TaskParams | ParallelTaskPar
     if runner is None:
         raise Unsupported(f"{tool}: this session cannot start child runs (no task runner configured)")
     call = plan_call(ctx, tool, params)
-    result = await runner.run(ctx, call)
-    tracker = getattr(ctx, "budget", None)
-    if call.background:
-        if result.exit_code == 0 and tracker is not None:
-            charge_share(tracker, call.specs[0].budget)
-    else:
-        charge_children(tracker, result)
-    return result
+    result: ToolResult | None = None
+    try:
+        result = await runner.run(ctx, call)
+        return result
+    finally:
+        # Returned, failed or cancelled: the reservation never outlives the call (a suspended
+        # call's is dropped with its segment; the resumed run charges its children's spend).
+        settle_call(getattr(ctx, "budget", None), call, result)
 
 
-def charge_share(tracker: Any, share: Any) -> None:
-    """A background child reports later (to the session, not to this call): the share it was handed
-    is charged when it starts, so a budget cannot be handed out again and again."""
-    if share is None:
-        return
-    tracker.charge_delegated(
-        {
-            "tool_calls": share.max_tool_calls or 0,
-            "output_bytes": share.max_output_bytes or 0,
-            "prompt_tokens": share.max_model_tokens or 0,  # counted with the parent's model tokens
-        }
-    )
-
-
-def charge_children(tracker: Any, result: ToolResult) -> None:
-    """Charge the parent's budget with what the finished children of ``result`` spent (K-3).
-
-    Their budgets were shares of the parent's remainder; without this the parent's count never
-    moved and every later ``task`` call handed out the same remainder again. A suspended call (a
-    fleet run's children are jobs) is charged when its results are gathered; a background child is
-    charged its whole share when it starts (``charge_share``)."""
-    meta = result.metadata if isinstance(result.metadata, dict) else {}
+def settle_call(tracker: Any, call: TaskCall, result: ToolResult | None) -> None:
+    """Settle ``call`` on the parent's budget (K-3; ``flows.task.settle``): release its reservation
+    and charge what its children spent. A background child that started is charged its whole
+    share (it reports later, not to this call); a suspended call (its children are fleet jobs) keeps
+    its reservation for the rest of its segment and is charged when its results are gathered."""
+    meta = result.metadata if result is not None and isinstance(result.metadata, dict) else {}
     if tracker is None or meta.get(SUSPEND_KEY):
         return
-    for child in meta.get("tasks") or ():
-        usage = child.get("usage") if isinstance(child, dict) else None
-        if isinstance(usage, dict):
-            tracker.charge_delegated(usage)
+    if call.background:
+        started = result is not None and result.exit_code == 0
+        whole = call.reservation.whole() if call.reservation is not None else {}
+        settle(tracker, call.reservation, whole if started else {})
+        return
+    reported = reported_usage(meta.get("tasks"))
+    runner_tracks = bool(call.started) or result is None
+    spends = [
+        child_spend(
+            call.reservation,
+            spec.index,
+            recorded=call.spent,
+            reported=reported,
+            started=call.started if runner_tracks else None,
+        )
+        for spec in call.specs
+    ]
+    settle(tracker, call.reservation, total(spends))
+
+
+def charge_children(tracker: Any, specs: list[ChildSpec], results: list[Any]) -> None:
+    """A resumed fleet run gathers a suspended call's children (``workers.agent_segments``): each
+    is charged what its ``TaskResult`` says it spent, or — cut off by the fan-in or lost, its spend
+    unknown — its whole share (every child was published when the run suspended)."""
+    if tracker is None:
+        return
+    spends = []
+    for spec, tr in zip(specs, results, strict=True):
+        spend = known_spend(getattr(tr, "usage", None))
+        if spend is None:
+            spend = Reservation(1, _per_run(spec.budget)).whole()
+        spends.append(spend)
+    tracker.charge_delegated(total(spends))
+
+
+def _per_run(share: Budget | None) -> dict[str, int | None]:
+    if share is None:
+        return {}
+    return {
+        "tool_calls": share.max_tool_calls,
+        "output_bytes": share.max_output_bytes,
+        "model_tokens": share.max_model_tokens,
+    }
 
 
 async def run_task(ctx: ToolContext, params: TaskParams) -> ToolResult:

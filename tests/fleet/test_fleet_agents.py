@@ -466,3 +466,70 @@ def test_k3_x3_fleet_children_spend_is_charged_to_the_parents_budget(
     assert all("alpha" in m for m in tool_messages(model.bodies("fleet spender one")[-1]))
     assert second.exit_code == 1 and second.error_kind["type"] == "budget_exhausted", second.output
     assert model.bodies("fleet spender two") == []
+
+
+def test_k3_x3_a4_two_task_calls_of_a_suspended_run_divide_the_budget_not_double_it(
+    fleet: FleetEnv, spawn_worker: WorkerFactory, model: Model, ws: Path
+) -> None:
+    """K-3/X-3/A-4: a run that is a job asks for two ``task`` calls in one turn; both suspend it, so
+    neither was charged before the other planned its child — each child got the whole remainder
+    and together they read 17 times on a 10-call budget. The first call now reserves what is left:
+    the second is refused ``budget_exhausted``, the resumed run is charged exactly what the child
+    read, and nothing exceeds the budget."""
+    from kernel import Budget
+    from orchestrator import Agent
+    from orchestrator.dispatch_agent import AgentJobRunner
+
+    env = model.env(fleet)
+    spawn_worker(env, "reserve", pool="prefork", concurrency=1)
+    model.scripts["JOB reserve"] = [
+        {
+            "tool_calls": [
+                {"id": f"t{k}", "name": "task", "arguments": {"tasks": [item(f"fleet greedy {k}")]}}
+                for k in (1, 2)
+            ]
+        },
+        {"text": "reserve done"},
+    ]
+    reads = [{"id": f"r{i}", "name": "read", "arguments": {"file_path": "a.txt"}} for i in range(9)]
+    for k in (1, 2):
+        model.scripts[f"fleet greedy {k}"] = [{"tool_calls": reads}, {"text": f"greedy {k} done"}]
+    options = SessionOptions(
+        permission_policy=PermissionPolicy(allow=["*"]), budget=Budget(max_tool_calls=10)
+    )
+    with Agent(env.settings(), model=MODEL) as agent:
+        session = agent.session(str(ws), options)
+        snapshot = session.snapshot()
+        agent.release(session)
+        runner = AgentJobRunner(agent.fleet_app(), lambda: snapshot, env.settings(), session_id="reserve")
+        body = {
+            "kind": "run",
+            "snapshot": snapshot,
+            "run": {"prompt": "JOB reserve: two calls", "model": MODEL},
+            "label": {"agent": "general"},
+        }
+
+        async def main() -> Any:
+            from flows.fanout import Branch
+
+            try:
+                return await runner.run_branch("reserve-run", 0, Branch("agent", body, "job reserve"))
+            finally:
+                await runner.aclose()
+
+        result = agent.loop.run(main())
+    assert result.exit_code == 0, result.output
+    assert result.output == "reserve done"
+
+    def reads_done(key: str) -> int:
+        bodies = model.bodies(key)
+        return sum("alpha" in m for m in tool_messages(bodies[-1])) if bodies else 0
+
+    children = reads_done("fleet greedy 1") + reads_done("fleet greedy 2")
+    assert children + 1 <= 10, children  # the first call is the parent's own
+    assert reads_done("fleet greedy 1") == 9 and model.bodies("fleet greedy 2") == []
+    messages = tool_messages(model.bodies("JOB reserve")[-1])
+    assert len(messages) == 2 and any("greedy 1 done" in m for m in messages), messages
+    assert any("Error (budget_exhausted)" in m and "held by running task calls" in m for m in messages)
+    usage = result.metadata["agent_run"]["usage"]
+    assert usage.get("tool_calls") == 10, usage  # its own call + the 9 reads: charged once

@@ -115,3 +115,45 @@ def test_lifecycle_rejected_for_policy_denials(agent: Agent, workspace: Path) ->
     s = agent.session(workspace)
     s.model_tool_call("read", {"file_path": "README.md"})
     assert [e.data["state"] for e in s.events() if e.type == "tool_end"] == ["rejected"]
+
+
+def test_k3_k8_reservations_divide_what_is_left_and_settle_once() -> None:
+    """K-3/K-8: ``reserve`` is atomic — eight threads reserving one run each on 7 calls left get 7
+    shares whose sum is what was left, the eighth ``budget_exhausted{resource}``; what is held counts
+    in every check; ``settle`` charges the spend and releases the rest exactly once."""
+    import threading
+
+    from kernel.budget import BudgetTracker
+    from kernel.errors import BudgetExhausted
+
+    tracker = BudgetTracker(Budget(max_tool_calls=8, max_model_tokens=1000), started_ms=0)
+    tracker.check_before_call(0)  # the delegating call itself: 7 left
+    got: list[Any] = []
+    refused: list[BudgetExhausted] = []
+    gate = threading.Barrier(8)
+
+    def take() -> None:
+        gate.wait()
+        try:
+            got.append(tracker.reserve(1))
+        except BudgetExhausted as err:
+            refused.append(err)
+
+    threads = [threading.Thread(target=take) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(r.share("tool_calls") for r in got) <= 7 and len(got) >= 1
+    assert refused and all(e.to_kind()["resource"] == "tool_calls" for e in refused)
+    assert tracker.reserved["tool_calls"] == sum(r.share("tool_calls") for r in got) == 7
+    with pytest.raises(BudgetExhausted, match="held by running task calls"):
+        tracker.check_before_call(0)  # nothing left that is not held
+    for r in got:
+        tracker.settle(r, {"tool_calls": 1, "prompt_tokens": 10})
+        tracker.settle(r, {"tool_calls": 1, "prompt_tokens": 10})  # a second settle does nothing
+    assert tracker.reserved == {"tool_calls": 0, "output_bytes": 0, "model_tokens": 0}
+    assert tracker.tool_calls == 1 + len(got) and tracker.prompt_tokens == 10 * len(got)
+    two = tracker.reserve(2)  # what is left, divided
+    assert two.share("tool_calls") == (8 - tracker.tool_calls) // 2
+    assert two.share("model_tokens") == (1000 - 10 * len(got)) // 2 and two.share("output_bytes") is None
