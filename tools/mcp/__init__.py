@@ -1,9 +1,10 @@
 """MCP servers on the session surface (SPEC M-1, S-2; docs/mcp-and-skills.md).
 
 The parts: ``config`` (the ``.mcp.json`` shape, cheap to import), ``stdio`` (the tied stdio
-transport), ``connection`` (one server: start, restart, calls, stop), ``specs`` (a server tool as a
-kernel ``ToolSpec``), ``results`` (a tool result as a ``ToolResult``), ``runtime`` (``McpServers``:
-the servers of a session or of a worker process).
+transport), ``guard`` (garbage from a server ends its connection), ``connection`` (one server:
+start, restart, calls, stop), ``specs`` (a server tool as a kernel ``ToolSpec``), ``results`` (a
+tool result as a ``ToolResult``), ``runtime`` (``McpServers``: the servers of a session or of a
+worker process).
 
 Importing this package does not import the ``mcp`` SDK (about two seconds of CPU): ``servers()``
 does, and only sessions with servers configured call it.

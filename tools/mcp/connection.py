@@ -14,6 +14,12 @@ Lifecycle and errors, each naming the server:
   stderr tail, connection error) — one line;
 - a server that dies (its output ends) or a connection that breaks during a call is
   ``transport{op: "mcp.call"}``; the connection is marked dead and the **next call restarts it**;
+- a server that sends garbage (a message that is not JSON-RPC, an answer to a request it was never
+  sent: ``tools.mcp.guard``) breaks its connection the same way, at once: the calls in flight fail
+  ``transport{op}`` quoting a bounded excerpt of what it sent, the server is stopped, the next call
+  restarts it. An HTTP reply the SDK cannot parse is tied to its call: that call fails the same
+  way and the session is kept. A well-formed answer whose ``result`` is not a tool result is
+  ``internal_error`` (the connection is kept);
 - a call the kernel times out or cancels (its deadline, ``session.close()``) is cancelled here; the
   SDK sends ``notifications/cancelled``, and the server is *suspect*: the next call pings it first
   and restarts it when it does not answer within ``PING_TIMEOUT_S``;
@@ -29,15 +35,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import mcp_types as types
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from kernel.errors import Cancelled, InternalError, InvalidArgument, NotFound, Timeout, ToolError, Transport
 from tools.mcp.config import McpServerConfig
+from tools.mcp.guard import MAX_EXCERPT_CHARS, ProtocolGuard, excerpt
 from tools.mcp.stdio import StdioLink, describe_exit, program_problem, tied_stdio_client
 
 T = TypeVar("T")
@@ -49,6 +58,9 @@ STOP_TIMEOUT_S = 5.0
 EXIT_REPORT_WAIT_S = 3.0
 MAX_TOOL_PAGES = 100
 MAX_TOOLS_PER_SERVER = 1024
+MAX_RESULT_PROBLEMS = 3
+MAX_PROBLEMS_CHARS = 500
+_INPUT_VALUE = re.compile(r"input_value=(.*?), input_type=", re.DOTALL)
 ProgressFn = Callable[[float, "float | None", "str | None"], Awaitable[None]]
 
 
@@ -66,6 +78,7 @@ class McpConnection:
         self._owner: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
         self._link: StdioLink | None = None
+        self._guard: ProtocolGuard | None = None
         self._dead = True
         self._suspect = False
         self._closed = False
@@ -158,9 +171,10 @@ class McpConnection:
         ready: asyncio.Future[ClientSession] = loop.create_future()
         stop = asyncio.Event()
         link = StdioLink() if self.config.transport == "stdio" else None
-        self._stop, self._link, self._suspect = stop, link, False
+        guard = ProtocolGuard(lambda reason: self._on_fault(guard, stop, reason))
+        self._stop, self._link, self._guard, self._suspect = stop, link, guard, False
         self.starts += 1
-        self._owner = loop.create_task(self._serve(ready, stop, link), name=f"mcp-{self.name}")
+        self._owner = loop.create_task(self._serve(ready, stop, link, guard), name=f"mcp-{self.name}")
         timeout_s = self.config.startup_timeout_ms / 1000
         try:
             session = await asyncio.wait_for(asyncio.shield(ready), timeout_s)
@@ -186,12 +200,16 @@ class McpConnection:
         return session
 
     async def _serve(
-        self, ready: asyncio.Future[ClientSession], stop: asyncio.Event, link: StdioLink | None
+        self,
+        ready: asyncio.Future[ClientSession],
+        stop: asyncio.Event,
+        link: StdioLink | None,
+        guard: ProtocolGuard,
     ) -> None:
         """The owner task: enters the transport and session contexts, then waits to be stopped."""
         try:
             async with contextlib.AsyncExitStack() as stack:
-                streams = await stack.enter_async_context(self._transport(link))
+                streams = guard.wrap(*await stack.enter_async_context(self._transport(link)))
                 session = await stack.enter_async_context(
                     ClientSession(*streams, client_info=CLIENT_INFO, logging_callback=self._on_log)
                 )
@@ -214,7 +232,7 @@ class McpConnection:
             raise
         except BaseException as exc:
             if not ready.done():
-                ready.set_exception(self._start_error(exc, link))
+                ready.set_exception(self._start_error(exc, link, guard))
             else:
                 log.info("MCP server %r connection ended: %s", self.name, _root_cause(exc))
 
@@ -235,6 +253,14 @@ class McpConnection:
             owner.cancel()
             await asyncio.wait({owner}, timeout=STOP_TIMEOUT_S)
 
+    def _on_fault(self, guard: ProtocolGuard, stop: asyncio.Event, reason: str) -> None:
+        """The guard saw garbage: this connection is over (its pending calls fail at once)."""
+        log.warning("MCP server %r %s; stopping it (the next call restarts it)", self.name, reason)
+        if self._guard is guard:
+            self._dead = True
+            self.last_error = self._scrub(f"MCP server '{self.name}' {reason}")
+        stop.set()
+
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
         log.debug("MCP server %r log (%s): %s", self.name, params.level, str(params.data)[:2000])
 
@@ -244,7 +270,7 @@ class McpConnection:
         self, tool: str, arguments: dict[str, Any], progress: ProgressFn | None
     ) -> types.CallToolResult:
         session = await self._ensure()
-        link, owner = self._link, self._owner
+        link, owner, guard = self._link, self._owner, self._guard
         try:
             result = await session.call_tool(tool, arguments, progress_callback=progress)
         except asyncio.CancelledError:
@@ -253,14 +279,23 @@ class McpConnection:
             raise
         except MCPError as exc:
             if exc.code == types.CONNECTION_CLOSED:
-                raise await self._broken(link, owner, None) from None
+                raise await self._broken(link, owner, None, guard) from None
+            if exc.code == types.PARSE_ERROR:  # the HTTP transport could not read the reply
+                raise self._garbled(tool, exc.message) from None
             raise self._rpc_error(tool, exc) from None
+        except ValidationError as exc:  # well-formed JSON-RPC, but its result is no tool result
+            raise InternalError(
+                f"MCP server '{self.name}' returned an invalid result for '{tool}': {_problems(exc)}",
+                exception="ValidationError",
+                errno=None,
+                server=self.name,
+            ) from None
         except ToolError:
             raise
         except Exception as exc:
             cause = _root_cause(exc)
             if isinstance(cause, (OSError, ConnectionError)) or _is_transport_error(cause):
-                raise await self._broken(link, owner, cause) from None
+                raise await self._broken(link, owner, cause, guard) from None
             if isinstance(cause, RuntimeError):  # e.g. structured content that breaks the output schema
                 raise InternalError(
                     f"MCP server '{self.name}' returned an invalid result for '{tool}': {cause}",
@@ -279,17 +314,49 @@ class McpConnection:
         return result
 
     async def _broken(
-        self, link: StdioLink | None, owner: asyncio.Task[None] | None, cause: BaseException | None
+        self,
+        link: StdioLink | None,
+        owner: asyncio.Task[None] | None,
+        cause: BaseException | None,
+        guard: ProtocolGuard | None,
     ) -> ToolError:
         """The connection broke mid-call: mark it dead (the next call restarts) and say why."""
         self._dead = True
         if link is not None and owner is not None:
             await asyncio.wait({owner}, timeout=EXIT_REPORT_WAIT_S)  # reaps the child: exit code known
+        if guard is not None and guard.fault is not None:
+            return self._faulty(self._scrub(f"it {guard.fault}"))
+        if link is not None and owner is not None:
             why = describe_exit(link)
         else:
             why = self._scrub(str(cause)) if cause is not None else "the connection closed"
         err = Transport(
             f"MCP server '{self.name}' failed during the call ({why}); it restarts on the next call",
+            op="mcp.call",
+            server=self.name,
+        )
+        self.last_error = err.message
+        return err
+
+    def _garbled(self, tool: str, message: str) -> ToolError:
+        """The HTTP transport could not parse the reply to this call (the SDK answers it
+        ``PARSE_ERROR``). Only this call is hit: each HTTP reply is its own body, so the session
+        is kept (restarting it would fail the server's other calls in flight)."""
+        why = f"its reply to '{tool}' is not JSON-RPC: {self._quoted_reply(message)}"
+        return self._faulty(why, restarts=False)
+
+    def _quoted_reply(self, message: str) -> str:
+        """The SDK's ``PARSE_ERROR`` message is pydantic's report; the part that quotes the reply
+        (already cut short by pydantic) is what the user needs, on one line."""
+        quoted = _INPUT_VALUE.search(message)
+        if quoted:  # already a repr
+            return " ".join(self._scrub(quoted.group(1)[:MAX_EXCERPT_CHARS]).split())
+        return excerpt(self._scrub((message.strip().splitlines()[:1] or [""])[0]))
+
+    def _faulty(self, why: str, *, restarts: bool = True) -> ToolError:
+        then = "it restarts on the next call" if restarts else "its connection is kept"
+        err = Transport(
+            f"MCP server '{self.name}' broke the protocol during the call: {why}; {then}",
             op="mcp.call",
             server=self.name,
         )
@@ -317,11 +384,17 @@ class McpConnection:
             return Timeout(text, op="mcp.call", duration_ms=None, server=self.name)
         return InternalError(text, exception="MCPError", errno=None, server=self.name, code=exc.code)
 
-    def _start_error(self, exc: BaseException, link: StdioLink | None) -> ToolError:
+    def _start_error(
+        self, exc: BaseException, link: StdioLink | None, guard: ProtocolGuard | None = None
+    ) -> ToolError:
         cause = _root_cause(exc)
         if isinstance(cause, ToolError):
             return cause
-        if link is not None and link.pid is None and isinstance(cause, OSError):
+        if guard is not None and guard.fault is not None:
+            reason = f"it {guard.fault}"
+        elif isinstance(cause, MCPError) and cause.code == types.PARSE_ERROR:
+            reason = f"its reply is not JSON-RPC: {self._quoted_reply(cause.message)}"
+        elif link is not None and link.pid is None and isinstance(cause, OSError):
             reason = program_problem(self.config, cause)
         elif link is not None:
             reason = describe_exit(link) if link.eof.is_set() else f"{type(cause).__name__}: {cause}"
@@ -359,6 +432,19 @@ async def _http_transport(config: McpServerConfig) -> Any:
     client = bounded_client(dict(config.headers) or None)  # replies capped like stdio lines
     async with client, streamable_http_client(config.url, http_client=client) as streams:
         yield streams
+
+
+def _problems(exc: ValidationError) -> str:
+    """``content: Input should be a valid list; …``: where and what, never the server's values."""
+    parts = [
+        f"{'.'.join(str(p) for p in err['loc']) or '(result)'}: {err['msg']}"
+        for err in exc.errors(include_url=False, include_input=False)[:MAX_RESULT_PROBLEMS]
+    ]
+    text = " ".join("; ".join(parts).split())  # one line (a key may hold a newline)
+    if len(text) > MAX_PROBLEMS_CHARS:
+        text = text[:MAX_PROBLEMS_CHARS] + "…"
+    more = exc.error_count() - len(parts)
+    return text + (f" (and {more} more)" if more > 0 else "")
 
 
 def _root_cause(exc: BaseException) -> BaseException:

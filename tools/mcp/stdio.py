@@ -9,7 +9,8 @@ connection with a clear reason instead of growing memory). The server's stderr i
 time (a full pipe would block it) and its last ``STDERR_TAIL_BYTES`` are kept for error messages.
 
 The context manager yields the ``(read_stream, write_stream)`` pair ``mcp.ClientSession`` takes,
-exactly like the SDK transport: newline-delimited JSON-RPC, parse errors delivered as exceptions.
+exactly like the SDK transport: newline-delimited JSON-RPC, parse errors delivered as exceptions
+(``MalformedMessage``, with a bounded excerpt of the line).
 Leaving it closes stdin, gives the server ``STOP_GRACE_S`` to exit, then kills its whole tree.
 ``StdioLink`` reports what happened (exit code, stderr tail, why the stream ended).
 """
@@ -30,6 +31,7 @@ from mcp.shared.message import SessionMessage
 
 from tools import _proc
 from tools.mcp.config import McpServerConfig
+from tools.mcp.guard import MalformedMessage
 
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 STDERR_TAIL_BYTES = 4096
@@ -152,13 +154,14 @@ async def tied_stdio_client(config: McpServerConfig, link: StdioLink) -> AsyncIt
 
 
 async def _deliver(stream: Any, line: bytes) -> bool:
-    """Parse one line; a parse error is delivered as an exception (the SDK's contract)."""
+    """Parse one line; a parse error is delivered as an exception (the SDK's contract), one that
+    carries a bounded excerpt of the line (``tools.mcp.guard`` ends the connection on it)."""
     try:
         item: SessionMessage | Exception = SessionMessage(
             types.jsonrpc_message_adapter.validate_json(line, by_name=False)
         )
-    except ValueError as exc:
-        item = exc
+    except ValueError:
+        item = MalformedMessage(line, "not a JSON-RPC message")
     try:
         await stream.send(item)
     except (anyio.ClosedResourceError, anyio.BrokenResourceError):
