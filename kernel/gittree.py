@@ -15,6 +15,11 @@ Invariants (the same resolver contract as ``LocalWorkspace``):
 - submodules (gitlinks) show up as directories and are never descended into;
 - every entry's mtime is the commit time.
 
+Blobs are never inflated whole behind the caller's back (libgit2 loads a blob entirely on lookup,
+``blob.size`` included): sizes come from the object header (``Odb.read_header``), ``open_file``
+streams (``kernel.gitblob``), and ``read_bytes`` refuses blobs over ``MAX_READ_BYTES`` before
+loading them (``invalid_argument``, reason ``too_large``).
+
 pygit2 objects are not shared across threads without a lock: all repository access here happens
 under ``self._lock``; generators copy one directory's entries under the lock and yield outside it.
 """
@@ -26,13 +31,24 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import pygit2
 
 from kernel import gitsafe
 from kernel.beneath import names_directory, not_a_directory
 from kernel.errors import InvalidArgument, NotFound, PathOutsideWorkspace
-from kernel.workspace import INTERNAL_DIR, MAX_SYMLINK_FOLLOWS, Entry, EntryKind, normalize_relative
+from kernel.gitblob import open_blob
+from kernel.workspace import (
+    INTERNAL_DIR,
+    MAX_READ_BYTES,
+    MAX_SYMLINK_FOLLOWS,
+    Entry,
+    EntryKind,
+    MemoryFile,
+    check_read_size,
+    normalize_relative,
+)
 
 GIT_CAPABILITIES = frozenset({"read", "search", "git"})
 
@@ -45,6 +61,7 @@ MODE_COMMIT = 0o160000  # a submodule (gitlink)
 
 DIR_PERMISSIONS = 0o755
 LINK_PERMISSIONS = 0o777
+MAX_LINK_TARGET_BYTES = 4096  # PATH_MAX: a longer "symlink" blob is never loaded to be followed
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +124,8 @@ class GitTreeWorkspace:
         repo = open_repository(repo_path)
         commit = resolve_commit(repo, rev)
         self._repo = repo
+        self._odb = repo.odb
+        self._objects = gitsafe.layout_of_git_dir(Path(repo.path)).common_dir / "objects"
         self._commit_id = commit.id
         self._tree_id = commit.tree.id
         self._mtime_ns = int(commit.commit_time) * 1_000_000_000
@@ -218,7 +237,14 @@ class GitTreeWorkspace:
             raise PathOutsideWorkspace(f"{INTERNAL_DIR}/ is internal to a3s-fleet: {path}", path=path)
         return node
 
+    def _size(self, oid: pygit2.Oid) -> int:
+        """A blob's size from its header alone (``repo[oid].size`` inflates the whole blob)."""
+        with self._lock:
+            return int(self._odb.read_header(oid)[1])
+
     def _link_target(self, oid: pygit2.Oid) -> str:
+        if self._size(oid) > MAX_LINK_TARGET_BYTES:
+            raise PathOutsideWorkspace(f"a symlink target is over {MAX_LINK_TARGET_BYTES} bytes")
         blob = self._repo[oid]
         assert isinstance(blob, pygit2.Blob)
         return bytes(blob.data).decode("utf-8", "surrogateescape")
@@ -228,15 +254,13 @@ class GitTreeWorkspace:
         size = 0
         if node.kind == "file":
             kind = "file"
-            with self._lock:
-                assert node.oid is not None
-                size = int(self._repo[node.oid].size)  # type: ignore[attr-defined]
+            assert node.oid is not None
+            size = self._size(node.oid)
             mode = 0o755 if node.filemode == MODE_BLOB_EXEC else 0o644
         elif node.kind == "symlink":
             kind = "symlink"
-            with self._lock:
-                assert node.oid is not None
-                size = int(self._repo[node.oid].size)  # type: ignore[attr-defined]
+            assert node.oid is not None
+            size = self._size(node.oid)
             mode = LINK_PERMISSIONS
         else:  # dirs and submodules
             kind = "dir"
@@ -257,17 +281,42 @@ class GitTreeWorkspace:
             raise NotFound(f"no such file or directory: {path or '.'}", path=path)
         return self._entry(node)
 
-    def read_bytes(self, path: str) -> bytes:
+    def _blob_of(self, path: str) -> tuple[pygit2.Oid, int]:
         node = self._resolve(path)
         if node.kind == "missing":
             raise NotFound(f"File not found: {path}", path=path)
         if node.kind in ("dir", "submodule"):
             raise InvalidArgument(f"{path} is a directory")
+        assert node.oid is not None
+        return node.oid, self._size(node.oid)
+
+    def read_bytes(self, path: str) -> bytes:
+        oid, size = self._blob_of(path)
+        check_read_size(path, size)  # before libgit2 inflates it
         with self._lock:
-            assert node.oid is not None
-            blob = self._repo[node.oid]
+            blob = self._repo[oid]
             assert isinstance(blob, pygit2.Blob)
             return bytes(blob.data)
+
+    def open_file(self, path: str) -> BinaryIO:
+        """The blob at ``path`` as a stream (``size`` attribute: its length), never inflated whole.
+
+        A blob stored as a delta (or in an alternate object store) cannot be streamed
+        (``kernel.gitblob``): up to ``MAX_READ_BYTES`` it is loaded, beyond that refused.
+        """
+        oid, size = self._blob_of(path)
+        stream = open_blob(self._objects, oid.raw, str(oid), size)
+        if stream is not None:
+            return stream
+        if size > MAX_READ_BYTES:
+            raise InvalidArgument(
+                f"{path} is {size} bytes and stored as a git delta (or in an alternate object store), "
+                f"which cannot be streamed; blobs stored that way are read up to {MAX_READ_BYTES} bytes",
+                reason="too_large",
+                size=size,
+                max_bytes=MAX_READ_BYTES,
+            )
+        return MemoryFile(self.read_bytes(path))
 
     def list_dir(self, path: str) -> list[Entry]:
         node = self._resolve(path)

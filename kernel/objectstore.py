@@ -9,17 +9,22 @@ are never silently incomplete. ``list_dir`` answers one level like a delimiter l
 
 Non-local and read-only: ``read`` and ``search`` are offered; ``write``/``edit``/``patch``/``bash``/
 ``download``/``git`` are not. The objects live in memory here (a mapping of key → bytes); a real
-S3/GCS client implements the same five methods.
+S3/GCS client implements the same methods (``open_file`` as ranged GETs).
+
+Reads are bounded like a directory's: ``open_file`` streams an object (here: a view of the stored
+bytes, never a copy), ``read_bytes`` refuses objects over ``MAX_READ_BYTES`` (``invalid_argument``,
+reason ``too_large``) before fetching them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 from kernel.beneath import names_directory, not_a_directory
 from kernel.errors import InvalidArgument, NotFound
-from kernel.workspace import Entry, normalize_relative
+from kernel.workspace import Entry, MemoryFile, check_read_size, normalize_relative
 
 DEFAULT_MAX_SCAN_OBJECTS = 10_000
 
@@ -92,7 +97,7 @@ class ObjectStoreWorkspace:
             return Entry(path=key, kind="dir", size=0, mtime_ns=self._mtime_ns, mode=0o555)
         raise NotFound(f"no such object: {path}", path=path)
 
-    def read_bytes(self, path: str) -> bytes:
+    def _object(self, path: str) -> bytes:
         key = normalize_relative(path)
         if key in self._objects and names_directory(path):
             raise not_a_directory(path)
@@ -100,6 +105,15 @@ class ObjectStoreWorkspace:
             return self._objects[key]
         except KeyError:
             raise NotFound(f"File not found: {path}", path=path) from None
+
+    def read_bytes(self, path: str) -> bytes:
+        data = self._object(path)
+        check_read_size(path, len(data))
+        return data
+
+    def open_file(self, path: str) -> BinaryIO:
+        """The object as a stream (``size``: its length); the stored bytes are shared, not copied."""
+        return MemoryFile(self._object(path))
 
     def list_dir(self, path: str) -> list[Entry]:
         """One level of keys under ``path``, as an object store's delimiter listing gives it

@@ -13,11 +13,14 @@ the session surface is computed from them. Every file-touching tool reaches file
 - ``.a3s/`` (artifacts, indexes, workflow logs) is internal: never listed, searched or touched.
 
 Git-tree and object-store workspaces implement the same protocol elsewhere (read-only, non-local).
+All three also offer ``open_file(path)``, a stream tools prefer to ``read_bytes`` (which refuses
+files over ``MAX_READ_BYTES``): nothing reads a whole file to use a part of it.
 """
 
 from __future__ import annotations
 
 import heapq
+import io
 import os
 import stat as stat_mod
 import unicodedata
@@ -37,6 +40,9 @@ PAGE_MIN_KEPT = 4096
 PAGE_CHECK_EVERY = 2048
 
 MAX_PATH_BYTES = 4096
+# ``read_bytes`` holds a whole file in memory: bigger files are refused (``invalid_argument`` naming
+# the limit) before a byte is read; tools that need more stream them with ``open_file``.
+MAX_READ_BYTES = 64 * 1024 * 1024
 
 EntryKind = Literal["file", "dir", "symlink", "other"]
 CAPABILITIES = frozenset({"read", "write", "exec", "git", "local", "search"})
@@ -78,7 +84,9 @@ class Workspace(Protocol):
 
     def stat(self, path: str) -> Entry: ...
 
-    def read_bytes(self, path: str) -> bytes: ...
+    def read_bytes(self, path: str) -> bytes:
+        """The whole file; over ``MAX_READ_BYTES`` it is ``invalid_argument`` (``too_large``)."""
+        ...
 
     def list_dir(self, path: str) -> list[Entry]:
         """Entries sorted by name; internal entries (``.a3s``) left out."""
@@ -265,7 +273,10 @@ class LocalWorkspace:
         except NotFound:
             raise NotFound(f"File not found: {path}", path=path) from None
         try:
-            return _read_fd(fd, st.st_size)
+            check_read_size(path, st.st_size)
+            data = _read_fd(fd, st.st_size)
+            check_read_size(path, len(data))  # grew while it was read
+            return data
         finally:
             os.close(fd)
 
@@ -368,10 +379,33 @@ def _scan_entries(dir_fd: int, base: str) -> list[Entry]:
 def _read_fd(fd: int, size_hint: int) -> bytes:
     parts: list[bytes] = []
     want = max(size_hint + 1, 65536)
-    while chunk := os.read(fd, want):
+    got = 0
+    while got <= MAX_READ_BYTES and (chunk := os.read(fd, min(want, MAX_READ_BYTES + 1 - got))):
         parts.append(chunk)
+        got += len(chunk)
         want = 1 << 20
     return b"".join(parts)
+
+
+def check_read_size(path: str, size: int) -> None:
+    """Refuse a whole-file read of ``size`` bytes over ``MAX_READ_BYTES`` (K-8: names the limit)."""
+    if size > MAX_READ_BYTES:
+        raise InvalidArgument(
+            f"{path} is {size} bytes; a whole-file read is limited to {MAX_READ_BYTES} bytes "
+            "(read pages through bigger files with offset/limit)",
+            reason="too_large",
+            size=size,
+            max_bytes=MAX_READ_BYTES,
+        )
+
+
+class MemoryFile(io.BytesIO):
+    """A file held in memory, opened like one on disk (``open_file`` of a non-local workspace);
+    ``size`` is its length (``os.fstat`` does not apply). The initial bytes are shared, not copied."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self.size = len(data)
 
 
 def _entry(rel: str, st: os.stat_result) -> Entry:

@@ -131,16 +131,23 @@ async def _window(
     """Lines ``offset .. offset+limit`` of ``path`` (as many as ``budget`` bytes can show) and its
     total line count, streamed, scanning at most ``scan`` bytes (module docstring)."""
     opener = getattr(ctx.workspace, "open_file", None)
-    if not callable(opener):  # non-local workspaces hold blobs in memory already
+    if not callable(opener):  # a workspace without streams: read_bytes bounds it (MAX_READ_BYTES)
         blob = io.BytesIO(ctx.workspace.read_bytes(path))
         return read_window(blob, offset, limit, budget, max_scan_bytes=scan)
+    # Every workspace kind streams (a git blob or a stored object too): never a whole file in memory.
     fh = opener(path)
     try:
-        if os.fstat(fh.fileno()).st_size <= INLINE_SCAN_BYTES:
+        if _size(fh) <= INLINE_SCAN_BYTES:
             return read_window(fh, offset, limit, budget, max_scan_bytes=scan)
         return await asyncio.to_thread(read_window, fh, offset, limit, budget, ctx.cancelled.is_set, scan)
     finally:
         fh.close()
+
+
+def _size(fh: Any) -> int:
+    """A stream's file size: ``size`` of a git blob or stored object, else ``fstat``."""
+    size = getattr(fh, "size", None)
+    return size if isinstance(size, int) else os.fstat(fh.fileno()).st_size
 
 
 def _unreachable(path: str, offset: int) -> InvalidArgument:

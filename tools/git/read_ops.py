@@ -17,12 +17,17 @@ from pygit2.enums import DiffOption, FileStatus, SortMode
 
 from kernel.errors import InvalidArgument, NotFound, ToolError
 from kernel.gittree import open_repository, resolve_commit
+from kernel.workspace import MAX_READ_BYTES
 from tools.git.view import GitView, Guard, is_internal, page_list, relative_to_workspace
 
 LOG_SCAN_CAP = 5000  # commits a log walk may visit (offset + page)
 MAX_LISTED_ENTRIES = 200  # status lines / per-file diff stats kept in output and metadata
 SUMMARY_MAX_CHARS = 200
 SHORT_ID = 7
+# libgit2 holds both sides of a file in memory to diff it (a blob of zeros it calls binary too);
+# bigger files are listed, not diffed: whole-file reads share this limit (kernel.workspace).
+MAX_DIFF_FILE_BYTES = MAX_READ_BYTES
+ZERO_OID = pygit2.Oid(hex="0" * 40)
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git's well-known empty tree
 WORKDIR_DIFF_FLAGS = (
     DiffOption.INCLUDE_UNTRACKED | DiffOption.RECURSE_UNTRACKED_DIRS | DiffOption.SHOW_UNTRACKED_CONTENT
@@ -240,6 +245,29 @@ def _diff_object(view: GitView, target: str | None) -> tuple[pygit2.Diff | None,
     return old_tree.diff_to_workdir(flags=WORKDIR_DIFF_FLAGS), old_name, "working tree"
 
 
+def _largest_side(repo: pygit2.Repository, delta: pygit2.DiffDelta) -> int:
+    """The bigger of a delta's two sides in bytes, from object headers (never loading a blob) or,
+    for a work-tree file, the size libgit2 took from ``stat``."""
+    size = 0
+    for side in (delta.old_file, delta.new_file):
+        size = max(size, int(side.size))
+        if side.id != ZERO_OID:
+            try:
+                size = max(size, int(repo.odb.read_header(side.id)[1]))
+            except (KeyError, ValueError, pygit2.GitError):
+                pass  # not in the object database (a work-tree side): its stat size stands
+    return size
+
+
+def _too_large_patch(delta: pygit2.DiffDelta, size: int) -> bytes:
+    old, new = delta.old_file.path, delta.new_file.path
+    return (
+        f"diff --git a/{old} b/{new}\n"
+        f"(not diffed: {size} bytes, over the {MAX_DIFF_FILE_BYTES}-byte limit for a file the diff "
+        "holds whole; compare it with bash)\n"
+    ).encode("utf-8", "surrogateescape")
+
+
 def _cut(window: bytes, final: bool) -> bytes:
     """A page boundary that keeps lines whole when possible and never splits a UTF-8 character."""
     if final:
@@ -270,23 +298,36 @@ def diff(
     window_end = byte_offset + max_bytes
     files: list[dict[str, Any]] = []
     insertions = deletions = changed = 0
+    too_large: list[str] = []
     if diff_obj is not None:
-        for index, patch in enumerate(diff_obj):
+        for index, delta in enumerate(diff_obj.deltas):
             if index % 64 == 0:
                 guard.check()
-            if patch is None or not _path_filter(path, patch.delta):
+            if not _path_filter(path, delta):
                 continue
-            data = patch.data
-            _, adds, dels = patch.line_stats
+            size = _largest_side(view.repo, delta)
+            if size > MAX_DIFF_FILE_BYTES:
+                # libgit2 loads both sides whole to diff them (even to call them binary): say so
+                # instead, before a byte is loaded.
+                data = _too_large_patch(delta, size)
+                adds = dels = 0
+                if len(too_large) < MAX_LISTED_ENTRIES:
+                    too_large.append(delta.new_file.path)
+            else:
+                patch = diff_obj[index]
+                if patch is None:
+                    continue
+                data = patch.data
+                _, adds, dels = patch.line_stats
             changed += 1
             insertions += adds
             deletions += dels
             if len(files) < MAX_LISTED_ENTRIES:
                 files.append(
                     {
-                        "path": patch.delta.new_file.path,
-                        "old_path": patch.delta.old_file.path,
-                        "status": patch.delta.status_char(),
+                        "path": delta.new_file.path,
+                        "old_path": delta.old_file.path,
+                        "status": delta.status_char(),
                         "additions": adds,
                         "deletions": dels,
                     }
@@ -326,6 +367,8 @@ def diff(
         "deletions": deletions,
         "files": files,
         "files_truncated": changed > len(files),
+        "too_large_files": too_large,
+        "max_file_bytes": MAX_DIFF_FILE_BYTES,
         "byte_offset": byte_offset,
         "max_bytes": max_bytes,
         "returned_bytes": len(page),

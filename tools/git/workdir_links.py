@@ -25,6 +25,7 @@ import pygit2
 from pygit2.enums import FileMode
 
 from kernel.beneath import O_LIST_DIR
+from kernel.gittree import MAX_LINK_TARGET_BYTES
 
 # name -> children; a path's own node is its entry in its parent's dict.
 _Trie = dict[str, "_Trie"]
@@ -110,5 +111,8 @@ def _head_links(repo: pygit2.Repository) -> dict[str, str]:
     links: dict[str, str] = {}
     for entry in flat:
         if entry.mode == FileMode.LINK:
-            links[entry.path] = os.fsdecode(repo[entry.id].data)
+            # A "link" blob longer than any path is never loaded (libgit2 inflates blobs whole); no
+            # link on disk can have its target, and NUL never appears in a real one.
+            too_long = repo.odb.read_header(entry.id)[1] > MAX_LINK_TARGET_BYTES
+            links[entry.path] = "\x00(too long)" if too_long else os.fsdecode(repo[entry.id].data)
     return links

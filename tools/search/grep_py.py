@@ -1,6 +1,7 @@
 """The pure-Python grep engine: works over the Workspace protocol alone (no local root needed).
 
-It walks with ``ignore.walk`` (ripgrep's filters), reads each file with ``read_bytes``, and finds
+It walks with ``ignore.walk`` (ripgrep's filters), reads each file through ``open_file`` (the first
+block decides binary, text over ``MAX_READ_BYTES`` is refused: ``_protocol_reader``), and finds
 matching lines with one whole-text search per matching line — RE2 over the UTF-8 text
 (``linear_regex``: linear time, so the deadline holds for any pattern), Python ``re`` only for the
 few patterns RE2 cannot spell exactly; the scan checks the deadline between searches too: ``^``/``$`` are line anchors
@@ -16,10 +17,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from kernel.workspace import Workspace
+from kernel.workspace import MAX_READ_BYTES, Workspace, check_read_size
 from tools.search.dialect import required_literal
 from tools.search.grep import ContentSink, GrepQuery, Guard, Line, ScanResult, context_lines, read_failed
-from tools.search.grep_local import UTF16_BOMS, beneath_of, is_local, read_local, walk_local
+from tools.search.grep_local import HEAD_BYTES, UTF16_BOMS, beneath_of, is_local, read_local, walk_local
 from tools.search.ignore import IgnoreRules, WalkReport, walk
 from tools.search.linear_regex import compile_linear
 
@@ -179,7 +180,7 @@ class PythonEngine:
         literal = required_literal(q.dialect.python, q.case_sensitive)
         needle = literal.encode("utf-8") if literal else None
         result = ScanResult()
-        read = _local_reader(ws) if is_local(ws) else ws.read_bytes
+        read = _local_reader(ws) if is_local(ws) else _protocol_reader(ws)
         for path in self._files(ws, q, guard, result):
             guard.check()
             try:
@@ -215,6 +216,29 @@ class PythonEngine:
 
     def content(self, ws: Workspace, q: GrepQuery, sink: ContentSink, guard: Guard) -> ScanResult:
         return self._scan(ws, q, guard, sink)
+
+
+def _protocol_reader(ws: Workspace) -> Callable[[str], bytes | None]:
+    """Reads for a non-local workspace (git tree, object store), as bounded as ``read_local``: the
+    first block decides binary (the rest never read: a 4 GiB blob of zeros costs 64 KiB), and a
+    text file over ``MAX_READ_BYTES`` is refused before it is read (a failed read, K-8)."""
+    opener = getattr(ws, "open_file", None)
+
+    def read(path: str) -> bytes | None:
+        if not callable(opener):
+            return ws.read_bytes(path)  # bounded by MAX_READ_BYTES itself
+        with opener(path) as fh:
+            head = fh.read(HEAD_BYTES)
+            if b"\x00" in head and head[:2] not in UTF16_BOMS:
+                return None
+            if len(head) < HEAD_BYTES:
+                return bytes(head)
+            check_read_size(path, getattr(fh, "size", 0))
+            data = head + fh.read(MAX_READ_BYTES + 1 - len(head))
+            check_read_size(path, len(data))
+            return bytes(data)
+
+    return read
 
 
 def _local_reader(ws: Workspace) -> Callable[[str], bytes | None]:

@@ -8,7 +8,7 @@ Reads and stats of a local workspace go through the workspace's race-free bounda
 the walk never crossed one — regular files only, a FIFO or device refused without blocking), so a
 model that swaps a directory for a symlink under a build can make a file unreadable, never make
 the host read outside the workspace. At most ``limit + 1`` bytes are read. Git-tree workspaces
-are read through their object store (``Workspace.read_bytes``).
+are streamed from their object store (``open_file``), never inflated whole.
 """
 
 from __future__ import annotations
@@ -65,6 +65,16 @@ def stat_file(ws: Workspace, path: str) -> Listed | None:
     return Listed(path, entry.size, entry.mtime_ns) if entry.kind == "file" else None
 
 
+def _read_head(ws: Workspace, path: str, n: int) -> bytes:
+    """The first ``n`` bytes of a non-local file, streamed where the workspace can (a git blob is
+    never inflated whole); else ``read_bytes`` (bounded by ``MAX_READ_BYTES``)."""
+    opener = getattr(ws, "open_file", None)
+    if not callable(opener):
+        return ws.read_bytes(path)[:n]
+    with opener(path) as fh:
+        return bytes(fh.read(n))
+
+
 class Reader:
     """Reads files of one workspace for one build or query (a context manager, kept for callers
     that batch reads)."""
@@ -87,8 +97,8 @@ class Reader:
         ``Unreadable`` when it is not a readable regular file."""
         if not self.local:
             try:
-                data = self.ws.read_bytes(path)
                 entry = self.ws.stat(path)
+                data = _read_head(self.ws, path, limit + 1)
             except ToolError as exc:
                 if isinstance(exc, NotFound):
                     raise FileNotFoundError(path) from None

@@ -369,6 +369,11 @@ class RetrievalIndex:
     def _prepare(self, path: str) -> _Prepared | str | None:
         """Read + chunk one file; None = gone (drop its record), 'skip' = counted and left out."""
         try:
+            # The size first (a stat, or a git object's header): a file it would skip is not loaded.
+            if self.workspace.stat(path).size > self.caps.max_file_bytes:
+                with self._lock:
+                    self._st.skips.oversized += 1
+                return "skip"
             data = self.workspace.read_bytes(path)
         except (ToolError, OSError) as exc:
             if isinstance(exc, (NotFound, FileNotFoundError)):
