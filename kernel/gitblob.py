@@ -25,6 +25,7 @@ cannot freeze the reader).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import mmap
 import os
@@ -74,12 +75,18 @@ class _InflateReader(io.RawIOBase):
         self._z = zlib.decompressobj()
         self._tail = b""  # compressed input not yet consumed
         self._pending = b""  # inflated bytes not yet returned
-        if loose:
-            try:
+        # libgit2 checks an object's id when it loads it whole; a stream checks it when the last
+        # byte is handed out (``readinto``), so a file read to its end is exactly the committed one.
+        self._hash = hashlib.sha1() if len(name) == 40 else hashlib.sha256()
+        self._hash.update(b"blob %d\x00" % size)
+        try:
+            if loose:
                 self._skip_loose_header()
-            except BaseException:
-                self.close()  # the reader owns ``fd`` from here on
-                raise
+            if size == 0:
+                self._check_id()
+        except BaseException:
+            self.close()  # the reader owns ``fd`` from here on
+            raise
 
     @property
     def size(self) -> int:
@@ -116,6 +123,10 @@ class _InflateReader(io.RawIOBase):
             raise CorruptObject(f"git object {self._name} is not the blob its header announced")
         self._pending = rest
 
+    def _check_id(self) -> None:
+        if self._hash.hexdigest() != self._name:
+            raise CorruptObject(f"git object {self._name} holds the content of another id (tampered)")
+
     def readable(self) -> bool:
         return True
 
@@ -130,6 +141,9 @@ class _InflateReader(io.RawIOBase):
             if not data:
                 raise CorruptObject(f"git object {self._name} inflates to fewer bytes than its size")
         n = len(data)
+        self._hash.update(data)
+        if n == self._left:
+            self._check_id()
         buffer[:n] = data
         self._left -= n
         return n

@@ -38,7 +38,7 @@ import pygit2
 from kernel import gitsafe
 from kernel.beneath import names_directory, not_a_directory
 from kernel.errors import InvalidArgument, NotFound, PathOutsideWorkspace
-from kernel.gitblob import open_blob
+from kernel.gitblob import CorruptObject, open_blob
 from kernel.workspace import (
     INTERNAL_DIR,
     MAX_READ_BYTES,
@@ -294,29 +294,34 @@ class GitTreeWorkspace:
         oid, size = self._blob_of(path)
         check_read_size(path, size)  # before libgit2 inflates it
         with self._lock:
-            blob = self._repo[oid]
+            try:
+                blob = self._repo[oid]
+            except pygit2.GitError as exc:  # e.g. "object hash mismatch": the object was rewritten
+                raise CorruptObject(f"{path}: git cannot read its blob {oid}: {exc}") from None
             assert isinstance(blob, pygit2.Blob)
             return bytes(blob.data)
 
     def open_file(self, path: str) -> BinaryIO:
-        """The blob at ``path`` as a stream (``size`` attribute: its length), never inflated whole.
+        """The blob at ``path`` as a stream (``size`` attribute: its length).
 
-        A blob stored as a delta (or in an alternate object store) cannot be streamed
-        (``kernel.gitblob``): up to ``MAX_READ_BYTES`` it is loaded, beyond that refused.
+        Up to ``MAX_READ_BYTES`` libgit2 loads it, checking it against its id; a bigger one is
+        streamed (``kernel.gitblob``; its id is checked when it is read to the end), never inflated
+        whole. A big blob stored as a delta (or in an alternate object store) cannot be streamed and
+        is refused.
         """
         oid, size = self._blob_of(path)
+        if size <= MAX_READ_BYTES:
+            return MemoryFile(self.read_bytes(path))
         stream = open_blob(self._objects, oid.raw, str(oid), size)
         if stream is not None:
             return stream
-        if size > MAX_READ_BYTES:
-            raise InvalidArgument(
-                f"{path} is {size} bytes and stored as a git delta (or in an alternate object store), "
-                f"which cannot be streamed; blobs stored that way are read up to {MAX_READ_BYTES} bytes",
-                reason="too_large",
-                size=size,
-                max_bytes=MAX_READ_BYTES,
-            )
-        return MemoryFile(self.read_bytes(path))
+        raise InvalidArgument(
+            f"{path} is {size} bytes and stored as a git delta (or in an alternate object store), "
+            f"which cannot be streamed; blobs stored that way are read up to {MAX_READ_BYTES} bytes",
+            reason="too_large",
+            size=size,
+            max_bytes=MAX_READ_BYTES,
+        )
 
     def list_dir(self, path: str) -> list[Entry]:
         node = self._resolve(path)

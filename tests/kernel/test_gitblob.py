@@ -46,10 +46,10 @@ def test_k8_an_object_that_ends_early_is_an_error_not_a_short_file(tmp_path: Pat
 def test_k8_an_object_never_yields_more_than_its_size(tmp_path: Path) -> None:
     """A deflate bomb (256 MiB of zeros announced as 5 bytes) yields 5 bytes, inflating one chunk."""
     objects = tmp_path / "objects"
-    hex_id = "ab" * 20
-    (objects / "ab").mkdir(parents=True)
+    hex_id = hashlib.sha1(b"blob 5\x00" + bytes(5)).hexdigest()  # the id of the 5 bytes it holds
+    (objects / hex_id[:2]).mkdir(parents=True)
     z = zlib.compressobj()
-    with open(objects / "ab" / hex_id[2:], "wb") as out:
+    with open(objects / hex_id[:2] / hex_id[2:], "wb") as out:
         out.write(z.compress(b"blob 5\x00"))
         block = bytes(1 << 20)
         for _ in range(256):
@@ -74,3 +74,23 @@ def test_k8_a_fifo_in_the_object_database_is_not_opened_blocking(tmp_path: Path)
     (objects / "cd").mkdir(parents=True)
     os.mkfifo(objects / "cd" / hex_id[2:])
     assert open_blob(objects, bytes.fromhex(hex_id), hex_id, 5) is None
+
+
+def test_k8_b1_a_blob_read_to_its_end_is_checked_against_its_id(tmp_path: Path) -> None:
+    """An object file replaced by another blob's bytes (a model with bash can write ``.git/objects``)
+    is refused when the stream reaches its end, as libgit2 refuses it when it loads a blob whole."""
+    objects = tmp_path / "objects"
+    honest = b"the committed text\n"
+    forged = b"the forged content\n"  # same length: the header and size agree
+    hex_id = hashlib.sha1(b"blob %d\x00" % len(honest) + honest).hexdigest()
+    (objects / hex_id[:2]).mkdir(parents=True)
+    (objects / hex_id[:2] / hex_id[2:]).write_bytes(zlib.compress(b"blob %d\x00" % len(forged) + forged))
+    fh = open_blob(objects, bytes.fromhex(hex_id), hex_id, len(honest))
+    assert fh is not None
+    with fh, pytest.raises(CorruptObject, match="another id"):
+        fh.read()
+    empty_id = hashlib.sha1(b"blob 0\x00").hexdigest()
+    (objects / hex_id[:2] / hex_id[2:]).write_bytes(zlib.compress(b"blob 0\x00"))
+    with pytest.raises(CorruptObject, match="another id"):  # an emptied object is caught at once
+        open_blob(objects, bytes.fromhex(hex_id), hex_id, 0)
+    assert empty_id != hex_id

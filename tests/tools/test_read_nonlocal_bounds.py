@@ -282,3 +282,27 @@ def test_b1_b3_git_diff_lists_a_big_work_tree_file_without_loading_it(tmp_path: 
     (diff,) = probe["results"]
     assert diff["exit_code"] == 0
     assert f"not diffed: {BIG} bytes, over the {MAX_READ_BYTES}-byte limit" in diff["output"]
+
+
+def test_k8_b6_a_rewritten_object_is_refused_not_read(tmp_path: Path, agent: Agent) -> None:
+    """A sandboxed command can rewrite a loose object in ``.git/objects``: a ``git:`` view pinned to a
+    commit must not show the forged bytes. libgit2 checks the id of what it loads (blobs up to the
+    read limit) and the stream checks it at the end (``tests/kernel/test_gitblob.py``); the call is a
+    typed ``invalid_argument`` naming the file, not an internal error."""
+    import hashlib
+    import zlib
+
+    repo = tmp_path / "r"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "a.txt").write_bytes(b"the committed text\n")
+    _git(repo, "add", "a.txt")
+    _git(repo, "commit", "-qm", "a")
+    hex_id = hashlib.sha1(b"blob 19\x00the committed text\n").hexdigest()
+    obj = repo / ".git" / "objects" / hex_id[:2] / hex_id[2:]
+    obj.chmod(0o644)
+    obj.write_bytes(zlib.compress(b"blob 19\x00the forged content\n"))
+    res = agent.session(f"git:{repo}@HEAD").tool("read", {"file_path": "a.txt"})
+    assert res.exit_code == 1 and res.error_kind is not None
+    assert res.error_kind["type"] == "invalid_argument", res.error_kind
+    assert "a.txt" in res.output and "forged" not in res.output
