@@ -65,3 +65,27 @@ def test_k8_python_engine_reads_only_what_it_uses_of_an_ignore_file(tmp_path: Pa
     # the file's size; reading the file whole made it 600 MiB more.
     assert peak < 200 * 1024 * 1024, f"peak {peak >> 20} MiB for a 600 MiB sparse ignore file"
     assert os.path.getsize(root / "sub" / ".gitignore") == 600 * 1024 * 1024
+
+
+def test_k8_q2_python_engine_never_reads_a_huge_text_file_whole(tmp_path: Path) -> None:
+    """A sandboxed command can write a text head and ``truncate`` the file to 600 MiB (no disk): the
+    Python engine matched its regex over the whole file, so it read all of it into the host. Now a
+    text file over the whole-file limit is a failed read, like on a ``git:`` workspace."""
+    root = tmp_path / "ws"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "a.py").write_text("needle = 1\n")
+    with open(root / "big.txt", "wb") as fh:
+        fh.write(b"needle in a text head\n" * 4000)  # 88 KB of text: past the binary probe
+        fh.truncate(600 * 1024 * 1024)
+    options = SessionOptions(permission_policy=POLICY, services={"search_engine": "python"})
+    with Agent() as agent:
+        s = agent.session(str(root), options=options)
+        tracemalloc.start()
+        try:
+            result = s.model_tool_call("search", {"mode": "grep", "query": "needle"})
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert result.error_kind is None and "src/a.py" in result.output
+    assert peak < 100 * 1024 * 1024, f"peak {peak >> 20} MiB for a 600 MiB text file"
+    assert result.metadata["failed_reads"] == 1 and "big.txt" not in result.output

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from kernel.beneath import O_LIST_DIR, O_READ, Beneath, Fd
 from kernel.errors import ToolError
-from kernel.workspace import Workspace
+from kernel.workspace import MAX_READ_BYTES, Workspace, check_read_size
 from tools.search.ignore import NEVER_SEARCHED, IgnoreRules
 
 HEAD_BYTES = 64 * 1024  # first read; ripgrep's binary-detection buffer is the same size
@@ -129,7 +129,8 @@ def read_local(beneath: Beneath, path: str) -> bytes | None:
     """The bytes of ``path``, or None when its first block shows it is binary (NUL, no UTF-16 BOM).
 
     Raises OSError for a file that cannot be read (including one that is no longer a regular file,
-    or one reached only through a symlink).
+    or one reached only through a symlink), and ``invalid_argument`` (``too_large``) for a text
+    file over ``MAX_READ_BYTES``: the regex runs over a whole file, so it is never read whole.
     """
     fd = beneath.open_strict(path, O_READ)
     try:
@@ -141,14 +142,20 @@ def read_local(beneath: Beneath, path: str) -> bytes | None:
             return None
         if len(head) < HEAD_BYTES:
             return head
+        # A text file over the whole-file limit is a failed read (K-8), before it is read; one that
+        # grows while it is read (a sandboxed command appending) is cut off at the limit too.
+        check_read_size(path, st.st_size)
         parts = [head]
+        total = len(head)
         want = max(st.st_size - HEAD_BYTES + 1, HEAD_BYTES)
-        while True:
-            chunk = os.read(fd, want)
+        while total <= MAX_READ_BYTES:
+            chunk = os.read(fd, min(want, MAX_READ_BYTES + 1 - total))
             if not chunk:
                 break
             parts.append(chunk)
+            total += len(chunk)
             want = HEAD_BYTES
+        check_read_size(path, total)
         return b"".join(parts)
     finally:
         os.close(fd)

@@ -219,7 +219,7 @@ class PythonEngine:
 
 
 def _protocol_reader(ws: Workspace) -> Callable[[str], bytes | None]:
-    """Reads for a non-local workspace (git tree, object store), as bounded as ``read_local``: the
+    """Reads for a non-local workspace (git tree, object store), bounded like ``read_local``: the
     first block decides binary (the rest never read: a 4 GiB blob of zeros costs 64 KiB), and a
     text file over ``MAX_READ_BYTES`` is refused before it is read (a failed read, K-8)."""
     opener = getattr(ws, "open_file", None)
