@@ -204,7 +204,8 @@ def test_b1_ls_glob_grep_and_git_diff_never_inflate_a_big_blob(repos: dict[str, 
     assert glob["exit_code"] == 0 and "big.bin" in glob["output"]
     assert grep["exit_code"] == 0, grep["output"]
     assert bm25["exit_code"] == 0 and "small.txt" in bm25["output"]
-    assert diff["exit_code"] == 0 and "not diffed: 314572800 bytes" in diff["output"], diff["output"]
+    assert diff["exit_code"] == 0 and "(diff omitted: " in diff["output"], diff["output"]
+    assert "new 300.0 MiB (314572800 bytes)" in diff["output"], diff["output"]
 
 
 def test_q8_indexed_search_of_a_git_tree_reads_only_a_big_blobs_head(repos: dict[str, Path]) -> None:
@@ -281,7 +282,8 @@ def test_b1_b3_git_diff_lists_a_big_work_tree_file_without_loading_it(tmp_path: 
     assert probe["growth_mib"] < 64, probe["growth_mib"]  # was ~300 MiB
     (diff,) = probe["results"]
     assert diff["exit_code"] == 0
-    assert f"not diffed: {BIG} bytes, over the {MAX_READ_BYTES}-byte limit" in diff["output"]
+    assert "(diff omitted: the new side is 300.0 MiB, over the 8.0 MiB per-file limit" in diff["output"]
+    assert f"new 300.0 MiB ({BIG} bytes)" in diff["output"]
 
 
 def test_k8_b6_a_rewritten_object_is_refused_not_read(tmp_path: Path, agent: Agent) -> None:

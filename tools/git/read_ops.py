@@ -2,8 +2,10 @@
 
 Each function runs in a worker thread on a ``GitView`` and returns ``(output, metadata)``. Output
 is bounded where it is produced: log pages hold at most ``MAX_LIMIT`` commits and walk at most
-``LOG_SCAN_CAP`` entries; a diff page holds at most ``max_bytes`` bytes of patch text; listings hold
-at most ``MAX_LISTED_ENTRIES`` lines. ``.a3s/`` never appears in status or diff output.
+``LOG_SCAN_CAP`` entries; a diff page holds at most ``max_bytes`` bytes of patch text, and no
+file's patch is built when a side is over the per-file limits of ``tools.git.diff_limits`` (it is
+listed with its sizes and a note instead); listings hold at most ``MAX_LISTED_ENTRIES`` lines.
+``.a3s/`` never appears in status or diff output.
 """
 
 from __future__ import annotations
@@ -17,17 +19,13 @@ from pygit2.enums import DiffOption, FileStatus, SortMode
 
 from kernel.errors import InvalidArgument, NotFound, ToolError
 from kernel.gittree import open_repository, resolve_commit
-from kernel.workspace import MAX_READ_BYTES
+from tools.git.diff_limits import MAX_DIFF_FILE_BYTES, MAX_DIFF_FILE_LINES, DiffJudge, omission_block
 from tools.git.view import GitView, Guard, is_internal, page_list, relative_to_workspace
 
 LOG_SCAN_CAP = 5000  # commits a log walk may visit (offset + page)
 MAX_LISTED_ENTRIES = 200  # status lines / per-file diff stats kept in output and metadata
 SUMMARY_MAX_CHARS = 200
 SHORT_ID = 7
-# libgit2 holds both sides of a file in memory to diff it (a blob of zeros it calls binary too);
-# bigger files are listed, not diffed: whole-file reads share this limit (kernel.workspace).
-MAX_DIFF_FILE_BYTES = MAX_READ_BYTES
-ZERO_OID = pygit2.Oid(hex="0" * 40)
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git's well-known empty tree
 WORKDIR_DIFF_FLAGS = (
     DiffOption.INCLUDE_UNTRACKED | DiffOption.RECURSE_UNTRACKED_DIRS | DiffOption.SHOW_UNTRACKED_CONTENT
@@ -245,27 +243,11 @@ def _diff_object(view: GitView, target: str | None) -> tuple[pygit2.Diff | None,
     return old_tree.diff_to_workdir(flags=WORKDIR_DIFF_FLAGS), old_name, "working tree"
 
 
-def _largest_side(repo: pygit2.Repository, delta: pygit2.DiffDelta) -> int:
-    """The bigger of a delta's two sides in bytes, from object headers (never loading a blob) or,
-    for a work-tree file, the size libgit2 took from ``stat``."""
-    size = 0
-    for side in (delta.old_file, delta.new_file):
-        size = max(size, int(side.size))
-        if side.id != ZERO_OID:
-            try:
-                size = max(size, int(repo.odb.read_header(side.id)[1]))
-            except (KeyError, ValueError, pygit2.GitError):
-                pass  # not in the object database (a work-tree side): its stat size stands
-    return size
-
-
-def _too_large_patch(delta: pygit2.DiffDelta, size: int) -> bytes:
-    old, new = delta.old_file.path, delta.new_file.path
-    return (
-        f"diff --git a/{old} b/{new}\n"
-        f"(not diffed: {size} bytes, over the {MAX_DIFF_FILE_BYTES}-byte limit for a file the diff "
-        "holds whole; compare it with bash)\n"
-    ).encode("utf-8", "surrogateescape")
+def _bash_rev(view: GitView, old_name: str) -> str | None:
+    """The revision an omitted file's note tells bash's ``git diff`` to compare the work tree with."""
+    if view.commit is not None or "exec" not in view.workspace.capabilities:
+        return None  # a git: view (two commits, no bash) or a workspace without bash
+    return EMPTY_TREE if old_name == "(empty tree)" else old_name
 
 
 def _cut(window: bytes, final: bool) -> bytes:
@@ -297,31 +279,31 @@ def diff(
     total = 0
     window_end = byte_offset + max_bytes
     files: list[dict[str, Any]] = []
-    insertions = deletions = changed = 0
-    too_large: list[str] = []
+    insertions = deletions = changed = omitted = 0
     if diff_obj is not None:
+        # Deltas first (no patch built): a file over the per-file limits never gets one (diff_limits).
+        judge = DiffJudge(view.repo, view.workspace, workdir_new=view.commit is None)
+        bash_rev = _bash_rev(view, old_name)
         for index, delta in enumerate(diff_obj.deltas):
-            if index % 64 == 0:
-                guard.check()
+            guard.check()  # per file: each patch is bounded, so the deadline is overrun by one at most
             if not _path_filter(path, delta):
                 continue
-            size = _largest_side(view.repo, delta)
-            if size > MAX_DIFF_FILE_BYTES:
-                # libgit2 loads both sides whole to diff them (even to call them binary): say so
-                # instead, before a byte is loaded.
-                data = _too_large_patch(delta, size)
-                adds = dels = 0
-                if len(too_large) < MAX_LISTED_ENTRIES:
-                    too_large.append(delta.new_file.path)
+            judged = judge.judge(delta)
+            adds: int | None = None
+            dels: int | None = None
+            if judged.omitted:
+                data = omission_block(delta, judged, bash_rev=bash_rev)
+                omitted += 1
             else:
                 patch = diff_obj[index]
                 if patch is None:
                     continue
                 data = patch.data
                 _, adds, dels = patch.line_stats
+                del patch  # free libgit2's copy before the next file's is built
+                insertions += adds
+                deletions += dels
             changed += 1
-            insertions += adds
-            deletions += dels
             if len(files) < MAX_LISTED_ENTRIES:
                 files.append(
                     {
@@ -330,12 +312,16 @@ def diff(
                         "status": delta.status_char(),
                         "additions": adds,
                         "deletions": dels,
+                        "before_bytes": judged.before_bytes,
+                        "after_bytes": judged.after_bytes,
+                        "diff_omitted": judged.omitted,
                     }
                 )
             # Keep only the bytes that can fall inside the requested window.
             if total < window_end and total + len(data) > byte_offset:
                 chunks.append(data[max(0, byte_offset - total) : window_end - total])
             total += len(data)
+            del data
     if byte_offset > total:
         raise InvalidArgument(f"byte_offset {byte_offset} is past the end of the diff ({total} bytes)")
     window = b"".join(chunks)
@@ -367,8 +353,10 @@ def diff(
         "deletions": deletions,
         "files": files,
         "files_truncated": changed > len(files),
-        "too_large_files": too_large,
+        "files_omitted": omitted,
+        "diff_omitted": omitted > 0,
         "max_file_bytes": MAX_DIFF_FILE_BYTES,
+        "max_file_lines": MAX_DIFF_FILE_LINES,
         "byte_offset": byte_offset,
         "max_bytes": max_bytes,
         "returned_bytes": len(page),

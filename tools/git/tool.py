@@ -230,7 +230,8 @@ async def run(ctx: ToolContext, p: Params) -> ToolResult:
 DESCRIPTION = (
     "Run a git operation on the workspace repository (no shell). Commands: status; log (paginated: "
     "limit, cursor); diff (working tree incl. untracked vs HEAD, or vs `target`; paginated by "
-    "byte_offset/max_bytes; optional `path` filter); branch (list, or create `name` at `base`); "
+    "byte_offset/max_bytes; optional `path` filter; a file over 8 MiB or 100,000 lines on a side is "
+    "listed with its sizes, without its patch); branch (list, or create `name` at `base`); "
     "checkout `ref` (refuses to overwrite local changes unless force); stash (list, or save with "
     "`message` / `include_untracked`); remote (list); worktree (list | create `name` at `path` | "
     "remove). Paths are workspace-relative. Lists return `continue with cursor=N` when more remain."
