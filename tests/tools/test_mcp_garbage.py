@@ -227,6 +227,25 @@ def test_m1_k8_an_http_server_answering_garbage_fails_the_call_at_once(
     assert _status(s)["starts"] == (2 if kind == "unknown_id" else 1)
 
 
+@pytest.mark.parametrize("kind", ["notification", "request"])
+def test_m1_k8_an_http_reply_that_is_no_response_fails_the_call_at_once(
+    http_session: Session, kind: str
+) -> None:
+    """The SDK hands an ``application/json`` reply's message to the session whatever it is: a
+    notification or a request in place of the response left the call pending to its deadline."""
+    s = http_session
+    result, elapsed = _timed(s, kind)
+    _assert_garbage_failure(result, elapsed)
+    assert (
+        f"its reply to 'reply' is no answer: the server answered with a {kind} instead of a response: "
+        in (result.output)
+    ), result.output
+    assert MARK in result.output and result.output.endswith("; its connection is kept")
+    assert _status(s)["starts"] == 1
+    again, _ = _timed(s, "ok")
+    assert again.output == "ok"
+
+
 def test_m1_http_notifications_in_the_reply_stream_do_not_break_calls(http_session: Session) -> None:
     s = http_session
     result, _ = _timed(s, "noisy")

@@ -342,7 +342,13 @@ class McpConnection:
         """The HTTP transport could not parse the reply to this call (the SDK answers it
         ``PARSE_ERROR``). Only this call is hit: each HTTP reply is its own body, so the session
         is kept (restarting it would fail the server's other calls in flight)."""
-        why = f"its reply to '{tool}' is not JSON-RPC: {self._quoted_reply(message)}"
+        from tools.mcp.http_limits import NOT_A_RESPONSE
+
+        if NOT_A_RESPONSE in message:  # tools.mcp.http_limits.NotAResponse, through the SDK's message
+            said = message.partition(": ")[2] if message.startswith("Failed to parse") else message
+            why = f"its reply to '{tool}' is no answer: " + " ".join(self._scrub(said).split())[:400]
+        else:
+            why = f"its reply to '{tool}' is not JSON-RPC: {self._quoted_reply(message)}"
         return self._faulty(why, restarts=False)
 
     def _quoted_reply(self, message: str) -> str:
