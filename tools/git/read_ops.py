@@ -19,8 +19,17 @@ from pygit2.enums import DiffOption, FileStatus, SortMode
 
 from kernel.errors import InvalidArgument, NotFound, ToolError
 from kernel.gittree import open_repository, resolve_commit
+from kernel.gitwhole import filtered_and_read
 from tools.git.diff_limits import MAX_DIFF_FILE_BYTES, MAX_DIFF_FILE_LINES, DiffJudge, omission_block
-from tools.git.view import GitView, Guard, is_internal, page_list, relative_to_workspace
+from tools.git.view import (
+    GitView,
+    Guard,
+    is_internal,
+    large_files,
+    page_list,
+    relative_to_workspace,
+    too_large,
+)
 
 LOG_SCAN_CAP = 5000  # commits a log walk may visit (offset + page)
 MAX_LISTED_ENTRIES = 200  # status lines / per-file diff stats kept in output and metadata
@@ -102,6 +111,11 @@ def status(view: GitView) -> Result:
         }
     repo = view.repo
     state = head_state(repo)
+    read_whole = filtered_and_read(large_files(view))
+    if read_whole:
+        raise too_large(
+            view, read_whole, "status (a .gitattributes or core.autocrlf filter applies)", "git status"
+        )
     entries = sorted((p, int(f)) for p, f in repo.status().items() if not is_internal(p))
     if state["unborn"]:
         first = f"On branch {state['branch']} (no commits yet)"
@@ -240,7 +254,26 @@ def _diff_object(view: GitView, target: str | None) -> tuple[pygit2.Diff | None,
     else:
         head = repo.head.peel(pygit2.Commit)
         old_tree, old_name = head.tree, str(head.id)
+    # libgit2 hashes every tracked work-tree file inside this one call (a tree entry carries no
+    # stat data to trust), whole when a filter applies: measured even for an unchanged file.
+    read_whole = [f for f in large_files(view) if f.filtered and (f.tracked or _in_tree(old_tree, f.path))]
+    if read_whole:
+        rev = EMPTY_TREE if old_name == "(empty tree)" else old_name
+        raise too_large(
+            view,
+            read_whole,
+            "diff (a .gitattributes or core.autocrlf filter applies)",
+            f"git diff --stat {rev}",
+        )
     return old_tree.diff_to_workdir(flags=WORKDIR_DIFF_FLAGS), old_name, "working tree"
+
+
+def _in_tree(tree: pygit2.Tree, path: str) -> bool:
+    try:
+        tree[path]
+    except KeyError:
+        return False
+    return True
 
 
 def _bash_rev(view: GitView, old_name: str) -> str | None:

@@ -23,6 +23,7 @@ from kernel.context import ToolContext
 from kernel.errors import Cancelled, InvalidArgument, Timeout, Unsupported
 from kernel.gitsafe import check_work_tree
 from kernel.gittree import GitTreeWorkspace, open_repository
+from kernel.gitwhole import MAX_WHOLE_FILE_BYTES, LargeFile, describe, large_work_tree_files
 from kernel.workspace import INTERNAL_DIR, LocalWorkspace, Workspace
 
 CURSOR_RE = re.compile(r"^[0-9]{1,10}$")
@@ -37,6 +38,7 @@ class GitView:
     workspace: Workspace
     # Set for a read-only commit view (GitTreeWorkspace); None for a working tree.
     commit: pygit2.Commit | None
+    deadline: float | None = None  # monotonic: the call's, for walks done before libgit2 runs
 
     @property
     def read_only(self) -> bool:
@@ -65,7 +67,33 @@ def open_view(workspace: Workspace, *, deadline: float | None = None) -> GitView
         raise Unsupported(f"workspace {workspace.name} has no git repository")
     if isinstance(workspace, LocalWorkspace):
         check_work_tree(workspace.beneath, max_dirs=MAX_WORKTREE_DIRS, deadline=deadline)
-    return GitView(open_repository(workspace.root), workspace, None)
+    return GitView(open_repository(workspace.root), workspace, None, deadline)
+
+
+def large_files(view: GitView) -> list[LargeFile]:
+    """The work tree's files over ``MAX_WHOLE_FILE_BYTES`` (``kernel.gitwhole``); none on a commit view."""
+    ws = view.workspace
+    if view.commit is not None or not isinstance(ws, LocalWorkspace):
+        return []
+    files = large_work_tree_files(view.repo, ws.beneath, max_dirs=MAX_WORKTREE_DIRS, deadline=view.deadline)
+    return [f for f in files if not is_internal(f.path)]
+
+
+def too_large(view: GitView, files: list[LargeFile], what: str, bash_hint: str) -> InvalidArgument:
+    """``invalid_argument`` (reason ``too_large``) for a call that would make libgit2 hold these
+    files whole: names them, the limit, and what to run instead."""
+    hint = (
+        f"run `{bash_hint}` in bash instead (git runs in the sandbox there)"
+        if "exec" in view.workspace.capabilities
+        else "shrink or remove them first"
+    )
+    return InvalidArgument(
+        f"git {what} would make libgit2 hold these files whole in memory: {describe(files)}; a file "
+        f"over {MAX_WHOLE_FILE_BYTES} bytes ({MAX_WHOLE_FILE_BYTES >> 20} MiB) is refused here; {hint}",
+        reason="too_large",
+        paths=[f.path for f in files[:200]],
+        max_bytes=MAX_WHOLE_FILE_BYTES,
+    )
 
 
 def is_internal(path: str) -> bool:

@@ -19,20 +19,22 @@ anything is opened for writing. Invariants:
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pygit2
-from pygit2.enums import CheckoutNotify, CheckoutStrategy, FileStatus
+from pygit2.enums import CheckoutNotify, CheckoutStrategy, DiffFlag, FileMode, FileStatus
 
 from kernel.beneath import O_WALK_DIR, Fd
 from kernel.errors import InvalidArgument, NotFound, PathOutsideWorkspace, Unsupported, VersionConflict
 from kernel.gittree import open_repository, resolve_commit
+from kernel.gitwhole import MAX_WHOLE_FILE_BYTES, LargeFile, filtered_and_read
 from kernel.workspace import INTERNAL_DIR, LocalWorkspace, normalize_relative
 from tools._fileio import check_not_git_metadata
 from tools.git.read_ops import head_state
-from tools.git.view import GitView, is_internal, relative_to_workspace, signature
+from tools.git.view import GitView, is_internal, large_files, relative_to_workspace, signature, too_large
 from tools.git.workdir_links import in_the_way, remove
 
 MAX_CHANGED_PATHS = 1000  # paths reported in metadata.changed_paths
@@ -90,6 +92,7 @@ def checkout(view: GitView, *, ref: str | None, force: bool) -> Result:
     else:
         commit = resolve_commit(repo, ref)
         head_target = commit.id
+    _check_checkout_sizes(view, commit, ref, force=force)
     links = in_the_way(repo, str(view.root), commit.tree)
     if links and not force:
         raise _links_conflict(
@@ -129,10 +132,58 @@ def checkout(view: GitView, *, ref: str | None, force: bool) -> Result:
     return out, meta
 
 
+def _check_checkout_sizes(view: GitView, commit: pygit2.Commit, ref: str, *, force: bool) -> None:
+    """Refuse a checkout that would make libgit2 hold a file over ``MAX_WHOLE_FILE_BYTES`` whole:
+    a blob it writes (inflated whole), or a changed work-tree file a filter applies to (read whole
+    to compare). Sizes come from object headers and ``lstat``; nothing is read."""
+    repo = view.repo
+    held: list[LargeFile] = []
+    files = large_files(view)
+    held.extend(filtered_and_read(files))
+    target = commit.tree
+    if force:  # every changed file is restored from the target: its blob is inflated whole
+        for f in files:
+            if f.tracked and f.looks_changed and f not in held:
+                size = _blob_size(repo, target, f.path)
+                if size is not None and size > MAX_WHOLE_FILE_BYTES:
+                    held.append(LargeFile(f.path, size, f.filtered, f.tracked, f.looks_changed))
+    base = None if repo.head_is_unborn else repo.head.peel(pygit2.Commit).tree
+    changes = target.diff_to_tree(base, swap=True) if base is not None else None  # no content read
+    deltas = changes.deltas if changes is not None else ()
+    known = {f.path for f in held}
+    for delta in deltas:
+        new = delta.new_file
+        if not new.flags & DiffFlag.EXISTS or new.path in known or new.mode == FileMode.COMMIT:
+            continue
+        try:
+            size = int(repo.odb.read_header(new.id)[1])
+        except (KeyError, ValueError, pygit2.GitError):
+            continue
+        if size > MAX_WHOLE_FILE_BYTES:
+            held.append(LargeFile(new.path, size, False, True, True))
+    if held:
+        raise too_large(
+            view, held, f"checkout of {ref}", f"git checkout {'-f ' if force else ''}{shlex.quote(ref)}"
+        )
+
+
+def _blob_size(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> int | None:
+    try:
+        entry = tree[path]
+        return int(repo.odb.read_header(entry.id)[1])
+    except (KeyError, ValueError, pygit2.GitError):
+        return None
+
+
 def stash_save(view: GitView, *, message: str | None, include_untracked: bool) -> Result:
     repo = view.repo
     if repo.head_is_unborn:
         raise InvalidArgument("cannot stash: the repository has no commits yet")
+    # Before libgit2 looks (its status reads a filtered changed file whole): stashing a changed or
+    # untracked file writes its blob from the whole file, three copies of it under a filter.
+    held = [f for f in large_files(view) if f.looks_changed and (f.tracked or include_untracked)]
+    if held:
+        raise too_large(view, held, "stash", "git stash" + (" -u" if include_untracked else ""))
     changed = {p: int(f) for p, f in repo.status().items()}
     eligible = [
         p
