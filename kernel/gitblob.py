@@ -20,7 +20,9 @@ The stream never yields more than the header's size (a corrupt or hostile object
 more, or ends early, is an error, not a longer or silent-short file), and each decompression step is
 bounded (``zlib`` ``max_length``), so a deflate bomb cannot allocate more than one chunk.
 Object files are opened non-blocking and must be regular files (a FIFO planted in ``objects/``
-cannot freeze the reader).
+cannot freeze the reader). libgit2 opens them blocking, with pygit2 holding the GIL: a FIFO (or a
+symlink to one) where a loose object belongs froze the whole host process on its first lookup, so
+``check_loose_file`` is asked before libgit2 touches an object (``kernel.gittree``).
 """
 
 from __future__ import annotations
@@ -59,6 +61,25 @@ def _open_regular(path: Path) -> int | None:
         return None
     os.set_blocking(fd, True)
     return fd
+
+
+def check_loose_file(objects: Path, hex_id: str) -> None:
+    """Refuse object ``hex_id`` when its loose file is there but is not a regular file (a FIFO,
+    socket, device, directory or symlink: git writes none of these), before libgit2 opens it
+    blocking. Absent is fine (the object is packed, or missing: libgit2 says so)."""
+    path = objects / hex_id[:2] / hex_id[2:]
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as exc:
+        raise CorruptObject(f"git object {hex_id} cannot be checked: {exc.strerror}") from None
+    if not stat_mod.S_ISREG(st.st_mode):
+        kind = "a symlink" if stat_mod.S_ISLNK(st.st_mode) else "a special file"
+        raise CorruptObject(
+            f"git object {hex_id} is not a regular file ({kind} in the object database): refused "
+            "before git opens it"
+        )
 
 
 class _InflateReader(io.RawIOBase):
@@ -250,4 +271,4 @@ def open_blob(objects: Path, raw: bytes, hex_id: str, size: int) -> BinaryIO | N
     return _open_packed(objects, raw, size, hex_id)
 
 
-__all__ = ["BlobReader", "CorruptObject", "open_blob"]
+__all__ = ["BlobReader", "CorruptObject", "check_loose_file", "open_blob"]

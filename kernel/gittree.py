@@ -38,7 +38,7 @@ import pygit2
 from kernel import gitsafe
 from kernel.beneath import names_directory, not_a_directory
 from kernel.errors import InvalidArgument, NotFound, PathOutsideWorkspace
-from kernel.gitblob import CorruptObject, open_blob
+from kernel.gitblob import CorruptObject, check_loose_file, open_blob
 from kernel.workspace import (
     INTERNAL_DIR,
     MAX_READ_BYTES,
@@ -127,7 +127,7 @@ class GitTreeWorkspace:
         self._odb = repo.odb
         self._objects = gitsafe.layout_of_git_dir(Path(repo.path)).common_dir / "objects"
         self._commit_id = commit.id
-        self._tree_id = commit.tree.id
+        self._tree_id = commit.tree_id  # not commit.tree: no object is loaded before the guard
         self._mtime_ns = int(commit.commit_time) * 1_000_000_000
         base = repo.workdir or repo.path
         self._repo_path = str(Path(base).resolve())
@@ -167,8 +167,16 @@ class GitTreeWorkspace:
 
     # --- resolution -----------------------------------------------------------------------------
 
+    def _object(self, oid: pygit2.Oid) -> pygit2.Object:
+        """``repo[oid]``, refused first when libgit2 would block on its file, with typed errors."""
+        check_loose_file(self._objects, str(oid))
+        try:
+            return self._repo[oid]
+        except pygit2.GitError as exc:  # e.g. "object hash mismatch": the object was rewritten
+            raise CorruptObject(f"git cannot read object {oid}: {exc}") from None
+
     def _tree(self, oid: pygit2.Oid) -> pygit2.Tree:
-        obj = self._repo[oid]
+        obj = self._object(oid)
         assert isinstance(obj, pygit2.Tree)
         return obj
 
@@ -239,13 +247,18 @@ class GitTreeWorkspace:
 
     def _size(self, oid: pygit2.Oid) -> int:
         """A blob's size from its header alone (``repo[oid].size`` inflates the whole blob)."""
+        check_loose_file(self._objects, str(oid))
         with self._lock:
-            return int(self._odb.read_header(oid)[1])
+            try:
+                return int(self._odb.read_header(oid)[1])
+            except pygit2.GitError as exc:  # an object that does not parse (tampered or truncated)
+                raise CorruptObject(f"git cannot read object {oid}: {exc}") from None
 
     def _link_target(self, oid: pygit2.Oid) -> str:
         if self._size(oid) > MAX_LINK_TARGET_BYTES:
             raise PathOutsideWorkspace(f"a symlink target is over {MAX_LINK_TARGET_BYTES} bytes")
-        blob = self._repo[oid]
+        with self._lock:
+            blob = self._object(oid)
         assert isinstance(blob, pygit2.Blob)
         return bytes(blob.data).decode("utf-8", "surrogateescape")
 
@@ -295,9 +308,9 @@ class GitTreeWorkspace:
         check_read_size(path, size)  # before libgit2 inflates it
         with self._lock:
             try:
-                blob = self._repo[oid]
-            except pygit2.GitError as exc:  # e.g. "object hash mismatch": the object was rewritten
-                raise CorruptObject(f"{path}: git cannot read its blob {oid}: {exc}") from None
+                blob = self._object(oid)
+            except CorruptObject as exc:
+                raise CorruptObject(f"{path}: {exc.message}") from None
             assert isinstance(blob, pygit2.Blob)
             return bytes(blob.data)
 
