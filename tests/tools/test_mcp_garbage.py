@@ -260,3 +260,29 @@ def test_m1_k8_an_http_result_that_is_no_tool_result_is_internal_error(http_sess
     assert result.output.startswith("MCP server 'g' returned an invalid result for 'reply': content:")
     assert _timed(s, "ok")[0].output == "ok"
     assert _status(s)["starts"] == 1
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_m1_k8_a_json_rpc_error_message_reaches_the_model_bounded_and_printable(
+    stdio_session: Session, http_session: Session, transport: str
+) -> None:
+    """K-8/M-1: a server's JSON-RPC error (code -32000) is the server's text, not ours: a 1 MiB message
+    full of terminal escapes (clear screen, window title, bell, CR/LF, NUL) went to the model and the
+    events whole but for projection's cap — 100 KiB of it, control characters included. Now the
+    call fails typed (``internal_error`` with the code, server kept) quoting a bounded, one-line,
+    escaped excerpt, as for garbage."""
+    s = stdio_session if transport == "stdio" else http_session
+    result, elapsed = _timed(s, "huge_error")
+    assert elapsed < PROMPT_S
+    assert result.exit_code == 1
+    assert result.error_kind is not None and result.error_kind["type"] == "internal_error", result.error_kind
+    assert result.error_kind.get("code") == -32000, result.error_kind
+    assert result.output.startswith("MCP server 'g' refused 'reply': "), result.output[:200]
+    assert MARK in result.output
+    assert len(result.output) < 1000, len(result.output)
+    assert not any(ord(c) < 32 or ord(c) == 127 for c in result.output), repr(result.output[:300])
+    # -32000 opens JSON-RPC's server-error range (servers use it for their own failures); the SDK
+    # uses the same code for a closed connection, and the server was torn down and restarted as
+    # "its output ended", its message lost. The connection is kept.
+    assert _timed(s, "ok")[0].output == "ok"
+    assert _status(s)["starts"] == 1, _status(s)

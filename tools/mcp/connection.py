@@ -58,6 +58,7 @@ STOP_TIMEOUT_S = 5.0
 EXIT_REPORT_WAIT_S = 3.0
 MAX_TOOL_PAGES = 100
 MAX_TOOLS_PER_SERVER = 1024
+MAX_SERVER_TEXT_CHARS = 400  # of a server's JSON-RPC error message, in the error the model sees
 MAX_RESULT_PROBLEMS = 3
 MAX_PROBLEMS_CHARS = 500
 _INPUT_VALUE = re.compile(r"input_value=(.*?), input_type=", re.DOTALL)
@@ -278,7 +279,7 @@ class McpConnection:
                 self._suspect = True  # the server may be stuck in that call: ping before reusing it
             raise
         except MCPError as exc:
-            if exc.code == types.CONNECTION_CLOSED:
+            if _connection_closed(exc):
                 raise await self._broken(link, owner, None, guard) from None
             if exc.code == types.PARSE_ERROR:  # the HTTP transport could not read the reply
                 raise self._garbled(tool, exc.message) from None
@@ -381,7 +382,7 @@ class McpConnection:
         return text
 
     def _rpc_error(self, tool: str, exc: MCPError) -> ToolError:
-        text = f"MCP server '{self.name}' refused '{tool}': {exc.message}"
+        text = f"MCP server '{self.name}' refused '{tool}': {server_text(exc.message)}"
         if exc.code == types.INVALID_PARAMS:
             return InvalidArgument(text, server=self.name, code=exc.code)
         if exc.code == types.METHOD_NOT_FOUND:
@@ -438,6 +439,25 @@ async def _http_transport(config: McpServerConfig) -> Any:
     client = bounded_client(dict(config.headers) or None)  # replies capped like stdio lines
     async with client, streamable_http_client(config.url, http_client=client) as streams:
         yield streams
+
+
+def _connection_closed(exc: MCPError) -> bool:
+    """The SDK's own "connection closed" outcome. Its code, -32000, is also the first of JSON-RPC's
+    server-error codes, which servers use for their own failures: such an answer is the server's
+    error (the connection is fine), not a closed connection to tear down and restart."""
+    return exc.code == types.CONNECTION_CLOSED and exc.message == "Connection closed" and exc.data is None
+
+
+def server_text(text: str, limit: int = MAX_SERVER_TEXT_CHARS) -> str:
+    """A server's own error text as the model sees it: one line, control and format characters
+    escaped (no terminal sequences, NULs or line breaks reach the model or a UI), at most ``limit``
+    characters with the original length named."""
+    flat = "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text[: limit * 2]
+    )
+    if len(text) <= limit and len(flat) <= limit:
+        return flat
+    return f"{flat[:limit]} …[{len(text)} characters in all]"
 
 
 def _problems(exc: ValidationError) -> str:
