@@ -286,12 +286,15 @@ def _unsafe(message: str, path: Path | str) -> PermissionDenied:
     return PermissionDenied(message, reason="unsafe_git_config", path=os.fspath(path))
 
 
-def special_git_files(beneath: Beneath, *, max_dirs: int, deadline: float | None = None) -> list[str]:
+def special_git_files(
+    beneath: Beneath, *, max_dirs: int, deadline: float | None = None, seen: WorkTreeAttributes | None = None
+) -> list[str]:
     """Workspace-relative ``.gitignore``/``.gitattributes`` entries that are not regular files.
 
     A race-free walk beneath the pinned root (every directory opened with no symlink followed;
     ``.git``, ``.a3s`` and symlinks not entered; no file opened). ``Timeout`` when more than
-    ``max_dirs`` directories or the deadline pass (the caller then does not call libgit2).
+    ``max_dirs`` directories or the deadline pass (the caller then does not call libgit2). The
+    directories walked and the regular ``.gitattributes`` files met are recorded in ``seen``.
     """
     found: list[str] = []
     pending: list[str] = [""]
@@ -311,12 +314,17 @@ def special_git_files(beneath: Beneath, *, max_dirs: int, deadline: float | None
             if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EACCES):
                 continue
             raise
+        if seen is not None:
+            seen.dirs.append(rel)
         with fd, os.scandir(fd.fd) as it:
             for de in it:
                 name = de.name
                 try:
                     if name in SPECIAL_NAMES:
-                        if not de.is_file(follow_symlinks=False) and not de.is_dir(follow_symlinks=False):
+                        if de.is_file(follow_symlinks=False):
+                            if seen is not None and name == ".gitattributes":
+                                seen.files.append(f"{rel}/{name}" if rel else name)
+                        elif not de.is_dir(follow_symlinks=False):
                             found.append(f"{rel}/{name}" if rel else name)
                     elif name not in SKIPPED_DIRS and de.is_dir(follow_symlinks=False):
                         pending.append(f"{rel}/{name}" if rel else name)
@@ -325,10 +333,20 @@ def special_git_files(beneath: Beneath, *, max_dirs: int, deadline: float | None
     return found
 
 
-def check_work_tree(beneath: Beneath, *, max_dirs: int, deadline: float | None = None) -> None:
+@dataclass
+class WorkTreeAttributes:
+    """What the walk saw of a work tree's attribute sources (``kernel.gitwhole.filters_possible``)."""
+
+    dirs: list[str] = field(default_factory=list)  # every directory walked ('' = the root)
+    files: list[str] = field(default_factory=list)  # the regular ``.gitattributes`` files
+
+
+def check_work_tree(beneath: Beneath, *, max_dirs: int, deadline: float | None = None) -> WorkTreeAttributes:
     """Refuse (``permission_denied``, reason ``unsafe_git_worktree``) a work tree holding a
-    ``.gitignore``/``.gitattributes`` that libgit2 would block on or follow out."""
-    bad = special_git_files(beneath, max_dirs=max_dirs, deadline=deadline)
+    ``.gitignore``/``.gitattributes`` that libgit2 would block on or follow out; otherwise say
+    where its attributes come from."""
+    attributes = WorkTreeAttributes()
+    bad = special_git_files(beneath, max_dirs=max_dirs, deadline=deadline, seen=attributes)
     if bad:
         shown = ", ".join(bad[:5]) + (", …" if len(bad) > 5 else "")
         raise PermissionDenied(
@@ -337,3 +355,4 @@ def check_work_tree(beneath: Beneath, *, max_dirs: int, deadline: float | None =
             reason="unsafe_git_worktree",
             path=bad[0],
         )
+    return attributes

@@ -33,8 +33,9 @@ from typing import Any
 import pygit2
 from pygit2.ffi import C, ffi
 
-from kernel.beneath import O_LIST_DIR, Beneath, Fd
+from kernel.beneath import O_LIST_DIR, O_READ, Beneath, Fd
 from kernel.errors import Timeout
+from kernel.gitsafe import WorkTreeAttributes
 from kernel.workspace import MAX_READ_BYTES
 
 # A work-tree file libgit2 may hold whole: the limit of a whole-file read everywhere else.
@@ -116,6 +117,93 @@ def large_work_tree_files(
             looks_changed = _stat_differs(st, entry, index_mtime_ns)
         out.append(LargeFile(path, st.st_size, filtered, tracked, looks_changed))
     return out
+
+
+# Words an attribute file must hold for libgit2 to run a content filter (crlf/eol conversion,
+# ident; a driver ``filter=`` too, conservatively; ``working-tree-encoding``) — or to define a macro
+# that does: a file without any of them sets none.
+FILTER_WORDS = (b"text", b"eol", b"crlf", b"ident", b"filter", b"encoding")
+MAX_ATTRIBUTE_FILE_BYTES = 1 << 20  # a bigger attribute file counts as one that may set filters
+MAX_INDEX_SCAN_BYTES = 64 << 20  # a bigger index counts as one that may stage attribute files
+
+
+def filters_possible(repo: pygit2.Repository, beneath: Beneath, seen: WorkTreeAttributes) -> bool:
+    """Whether libgit2 could apply a content filter to any work-tree file; False only when sure.
+
+    The size walk (``large_regular_files``: an ``lstat`` per file) doubled the cost of bash's
+    change snapshot on a 30,000-file tree; it is only needed when a filter can apply, which takes
+    ``core.autocrlf`` or an attribute that names one: in the user's global or system attributes,
+    ``.git/info/attributes``, a work-tree ``.gitattributes`` (``seen``: what
+    ``kernel.gitsafe.check_work_tree`` met on its own walk), or — libgit2 falls back to the index
+    for a directory whose file is missing — a staged ``.gitattributes`` of a walked directory.
+    """
+    try:
+        config = repo.config
+        if str(config["core.autocrlf"]).lower() not in ("false", "0", "no", "off", ""):
+            return True
+    except KeyError:
+        pass
+    if "core.attributesFile" in repo.config:
+        return True  # the user's global attributes: trusted, not read here
+    home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    for path in (os.path.join(home, "git", "attributes"), "/etc/gitattributes"):
+        if os.path.lexists(path):
+            return True
+    if _names_a_filter(os.path.join(repo.path, "info", "attributes")):
+        return True
+    if any(_names_a_filter(path, beneath) for path in seen.files):
+        return True
+    return _staged_without_file(repo, seen)
+
+
+def _staged_without_file(repo: pygit2.Repository, seen: WorkTreeAttributes) -> bool:
+    """A walked directory has a ``.gitattributes`` in the index but none in the work tree."""
+    try:
+        with open(os.path.join(repo.path, "index"), "rb") as fh:
+            raw = fh.read(MAX_INDEX_SCAN_BYTES + 1)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    if len(raw) > MAX_INDEX_SCAN_BYTES:
+        return True
+    if b"attributes" not in raw:  # paths are stored whole (v2/v3) or prefix-compressed (v4)
+        return False
+    index = repo.index
+    present = set(seen.files)
+    for rel in seen.dirs:
+        path = f"{rel}/.gitattributes" if rel else ".gitattributes"
+        if (
+            path not in present
+            and C.git_index_get_bypath(index._index, path.encode("utf-8", "surrogateescape"), 0) != ffi.NULL
+        ):
+            return True
+    return False
+
+
+def _names_a_filter(path: str, beneath: Beneath | None = None) -> bool:
+    """The attribute file holds a filter word (or cannot be read, or is big: assume it does)."""
+    try:
+        if beneath is not None:
+            fd = beneath.open_strict(path, O_READ)
+        else:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    try:
+        if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
+            return True
+        data = os.read(fd, MAX_ATTRIBUTE_FILE_BYTES + 1)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    if len(data) > MAX_ATTRIBUTE_FILE_BYTES:
+        return True
+    lowered = data.lower()
+    return any(word in lowered for word in FILTER_WORDS)
 
 
 def filtered_and_read(files: list[LargeFile]) -> list[LargeFile]:

@@ -186,3 +186,58 @@ def test_b3_bash_change_snapshot_still_works_with_small_files(tmp_path: Path) ->
     b.write({"a.txt": "two\n"})
     entries = changes._git_snapshot(b.path, time.monotonic() + 30)
     assert set(entries) == {"a.txt"}
+
+
+def test_b3_k8_an_attributes_file_staged_but_removed_from_the_work_tree_still_counts(tmp_path: Path) -> None:
+    """libgit2 falls back to the index for a directory whose ``.gitattributes`` is missing from the
+    work tree: a model that stages ``* text eol=crlf`` and deletes the file still gets the filter,
+    so the guard must still see it (the size walk is skipped only when no filter can apply)."""
+    b = RepoBuilder(tmp_path / "repo")
+    b.commit({"small.txt": "zero\n"}, "init")
+    _commit_big(b, "big.bin")
+    b.commit({".gitattributes": FILTER}, "attributes")
+    (b.path / ".gitattributes").unlink()  # staged, not in the work tree
+    _touch(b.path / "big.bin")
+    (status,) = _probe(str(b.path), [{"command": "status"}])
+    _refused(status, "big.bin")
+    _bounded(status)
+
+
+def test_b3_the_tree_is_sized_only_when_a_filter_can_apply(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sizing every file (an lstat each) doubled bash's change snapshot on a 30,000-file tree; it is
+    skipped when no attribute source names a filter and core.autocrlf is off — and only then."""
+    from kernel.beneath import Beneath
+    from kernel.gitsafe import check_work_tree
+    from kernel.gitwhole import filters_possible
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))  # no global attributes file
+    b = RepoBuilder(tmp_path / "repo")
+    b.commit({"small.txt": "zero\n", "sub/a.png": "png\n", "sub/.gitattributes": "*.png binary\n"}, "init")
+
+    def possible() -> bool:
+        beneath = Beneath(str(b.path))
+        try:
+            seen = check_work_tree(beneath, max_dirs=1000)
+            return filters_possible(pygit2.Repository(str(b.path)), beneath, seen)
+        finally:
+            beneath.close()
+
+    assert possible() is False  # `binary` sets -text: no filter
+    (tmp_path / "xdg" / "git").mkdir(parents=True)
+    (tmp_path / "xdg" / "git" / "attributes").write_text("")
+    assert possible() is True  # the user's global attributes: not read, assumed
+    (tmp_path / "xdg" / "git" / "attributes").unlink()
+    b.repo.config["core.autocrlf"] = "input"
+    assert possible() is True
+    b.repo.config["core.autocrlf"] = "false"
+    assert possible() is False
+    (b.path / ".git" / "info").mkdir(exist_ok=True)
+    (b.path / ".git" / "info" / "attributes").write_text("*.c ident\n")
+    assert possible() is True
+    (b.path / ".git" / "info" / "attributes").unlink()
+    (b.path / "sub" / ".gitattributes").write_text("*.txt text eol=crlf\n")  # a work-tree file
+    assert possible() is True
+    (b.path / "sub" / ".gitattributes").unlink()  # staged `*.png binary` only: no filter named...
+    assert possible() is True  # ...but a staged file of a walked directory is not read: assumed

@@ -81,20 +81,24 @@ def _git_snapshot(root: Path, deadline: float) -> dict[str, Entry]:
     from kernel.errors import ToolError
     from kernel.gitsafe import check_work_tree
     from kernel.gittree import open_repository
-    from kernel.gitwhole import filtered_and_read, large_work_tree_files
+    from kernel.gitwhole import filtered_and_read, filters_possible, large_work_tree_files
 
     try:
         # libgit2 blocks (holding the GIL: the whole process) on a FIFO .gitignore and honours some
         # repository config: both are vetted first, and the work directory is pinned (kernel/gitsafe.py).
         beneath = Beneath(str(root))
         try:
-            check_work_tree(beneath, max_dirs=MTIME_SNAPSHOT_MAX_FILES, deadline=deadline)
+            attributes = check_work_tree(beneath, max_dirs=MTIME_SNAPSHOT_MAX_FILES, deadline=deadline)
             repo = open_repository(root)
             # libgit2 reads a changed file whole when a filter applies (kernel/gitwhole.py): over the
             # limit the snapshot is unknown instead (its thread cannot be stopped once in libgit2).
-            large = large_work_tree_files(repo, beneath, max_dirs=MTIME_SNAPSHOT_MAX_FILES, deadline=deadline)
-            if filtered_and_read(large):
-                raise _Unknown("a changed work-tree file over the limit is filtered")
+            # Sizing every file costs an lstat each: only when a filter can apply at all.
+            if filters_possible(repo, beneath, attributes):
+                large = large_work_tree_files(
+                    repo, beneath, max_dirs=MTIME_SNAPSHOT_MAX_FILES, deadline=deadline
+                )
+                if filtered_and_read(large):
+                    raise _Unknown("a changed work-tree file over the limit is filtered")
         finally:
             beneath.close()
         status = repo.status(untracked_files="all")

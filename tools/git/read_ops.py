@@ -111,7 +111,7 @@ def status(view: GitView) -> Result:
         }
     repo = view.repo
     state = head_state(repo)
-    read_whole = filtered_and_read(large_files(view))
+    read_whole = filtered_and_read(large_files(view, filtered_only=True))
     if read_whole:
         raise too_large(
             view, read_whole, "status (a .gitattributes or core.autocrlf filter applies)", "git status"
@@ -256,7 +256,11 @@ def _diff_object(view: GitView, target: str | None) -> tuple[pygit2.Diff | None,
         old_tree, old_name = head.tree, str(head.id)
     # libgit2 hashes every tracked work-tree file inside this one call (a tree entry carries no
     # stat data to trust), whole when a filter applies: measured even for an unchanged file.
-    read_whole = [f for f in large_files(view) if f.filtered and (f.tracked or _in_tree(old_tree, f.path))]
+    read_whole = [
+        f
+        for f in large_files(view, filtered_only=True)
+        if f.filtered and (f.tracked or _in_tree(old_tree, f.path))
+    ]
     if read_whole:
         rev = EMPTY_TREE if old_name == "(empty tree)" else old_name
         raise too_large(

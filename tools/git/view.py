@@ -21,9 +21,9 @@ import pygit2
 
 from kernel.context import ToolContext
 from kernel.errors import Cancelled, InvalidArgument, Timeout, Unsupported
-from kernel.gitsafe import check_work_tree
+from kernel.gitsafe import WorkTreeAttributes, check_work_tree
 from kernel.gittree import GitTreeWorkspace, open_repository
-from kernel.gitwhole import MAX_WHOLE_FILE_BYTES, LargeFile, describe, large_work_tree_files
+from kernel.gitwhole import MAX_WHOLE_FILE_BYTES, LargeFile, describe, filters_possible, large_work_tree_files
 from kernel.workspace import INTERNAL_DIR, LocalWorkspace, Workspace
 
 CURSOR_RE = re.compile(r"^[0-9]{1,10}$")
@@ -39,6 +39,7 @@ class GitView:
     # Set for a read-only commit view (GitTreeWorkspace); None for a working tree.
     commit: pygit2.Commit | None
     deadline: float | None = None  # monotonic: the call's, for walks done before libgit2 runs
+    attributes: WorkTreeAttributes | None = None  # what open_view's walk saw (None: not walked)
 
     @property
     def read_only(self) -> bool:
@@ -65,15 +66,24 @@ def open_view(workspace: Workspace, *, deadline: float | None = None) -> GitView
         return GitView(repo, workspace, commit)
     if "git" not in workspace.capabilities or workspace.root is None:
         raise Unsupported(f"workspace {workspace.name} has no git repository")
+    attributes = None
     if isinstance(workspace, LocalWorkspace):
-        check_work_tree(workspace.beneath, max_dirs=MAX_WORKTREE_DIRS, deadline=deadline)
-    return GitView(open_repository(workspace.root), workspace, None, deadline)
+        attributes = check_work_tree(workspace.beneath, max_dirs=MAX_WORKTREE_DIRS, deadline=deadline)
+    return GitView(open_repository(workspace.root), workspace, None, deadline, attributes)
 
 
-def large_files(view: GitView) -> list[LargeFile]:
-    """The work tree's files over ``MAX_WHOLE_FILE_BYTES`` (``kernel.gitwhole``); none on a commit view."""
+def large_files(view: GitView, *, filtered_only: bool = False) -> list[LargeFile]:
+    """The work tree's files over ``MAX_WHOLE_FILE_BYTES`` (``kernel.gitwhole``); none on a commit
+    view. ``filtered_only``: the caller keeps only filtered ones, so when no filter can apply the
+    tree is not sized at all (an ``lstat`` per file)."""
     ws = view.workspace
     if view.commit is not None or not isinstance(ws, LocalWorkspace):
+        return []
+    if (
+        filtered_only
+        and view.attributes is not None
+        and not filters_possible(view.repo, ws.beneath, view.attributes)
+    ):
         return []
     files = large_work_tree_files(view.repo, ws.beneath, max_dirs=MAX_WORKTREE_DIRS, deadline=view.deadline)
     return [f for f in files if not is_internal(f.path)]
