@@ -214,6 +214,17 @@ class BudgetTracker:
                 self.reserved[resource] += (share or 0) * n
             return Reservation(n, per)
 
+    def hold_call(self, now_ms: int) -> Reservation:
+        """Admit one call that runs elsewhere (a workflow step as a fleet job) as ``check_before_call``
+        does, but *hold* it instead of counting it: ``settle`` charges it with what it spent. A
+        snapshot taken meanwhile (the one its worker starts from) does not count it, while every
+        check here — a concurrent step's included — does."""
+        self.check_before_call(now_ms)
+        with self._lock:
+            self.tool_calls -= 1
+            self.reserved["tool_calls"] += 1
+        return Reservation(1, {"tool_calls": 1})
+
     def settle(self, reservation: Reservation, spent: Mapping[str, Any]) -> None:
         """End ``reservation``: release what it held and charge what its runs ``spent`` (a usage
         mapping, as ``charge_delegated``). A second settle of the same reservation does nothing."""

@@ -157,3 +157,20 @@ def test_k3_k8_reservations_divide_what_is_left_and_settle_once() -> None:
     two = tracker.reserve(2)  # what is left, divided
     assert two.share("tool_calls") == (8 - tracker.tool_calls) // 2
     assert two.share("model_tokens") == (1000 - 10 * len(got)) // 2 and two.share("output_bytes") is None
+
+
+def test_k3_a_held_call_counts_for_every_check_but_not_in_usage_until_settled() -> None:
+    """K-3: a fleet workflow step is held (``hold_call``) while its job runs: a concurrent step sees
+    it, the snapshot its worker starts from (``usage``) does not, and ``settle`` charges it once."""
+    from kernel.budget import Budget, BudgetTracker
+    from kernel.errors import BudgetExhausted
+
+    tracker = BudgetTracker(Budget(max_tool_calls=2), 0, {"tool_calls": 1})
+    held = tracker.hold_call(0)
+    assert tracker.usage()["tool_calls"] == 1
+    with pytest.raises(BudgetExhausted):
+        tracker.hold_call(0)
+    tracker.settle(held, {"tool_calls": 1, "output_bytes": 7})
+    tracker.settle(held, {"tool_calls": 1, "output_bytes": 7})  # once
+    assert tracker.usage()["tool_calls"] == 2 and tracker.usage()["output_bytes"] == 7
+    assert tracker.reserved["tool_calls"] == 0
