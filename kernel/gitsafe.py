@@ -32,6 +32,7 @@ import errno
 import os
 import stat as stat_mod
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -286,17 +287,17 @@ def _unsafe(message: str, path: Path | str) -> PermissionDenied:
     return PermissionDenied(message, reason="unsafe_git_config", path=os.fspath(path))
 
 
-def special_git_files(
-    beneath: Beneath, *, max_dirs: int, deadline: float | None = None, seen: WorkTreeAttributes | None = None
-) -> list[str]:
-    """Workspace-relative ``.gitignore``/``.gitattributes`` entries that are not regular files.
+def work_tree_entries(
+    beneath: Beneath, *, max_dirs: int, deadline: float | None, what: str
+) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    """(directory, entry) for every entry of the work tree, directories before their contents.
 
-    A race-free walk beneath the pinned root (every directory opened with no symlink followed;
-    ``.git``, ``.a3s`` and symlinks not entered; no file opened). ``Timeout`` when more than
-    ``max_dirs`` directories or the deadline pass (the caller then does not call libgit2). The
-    directories walked and the regular ``.gitattributes`` files met are recorded in ``seen``.
+    A race-free walk beneath the pinned root: every directory opened with no symlink followed;
+    ``.git``, ``.a3s`` and symlinks not entered; no file opened. ``Timeout`` naming ``what`` when
+    more than ``max_dirs`` directories or the deadline pass (the caller then does not call libgit2).
+    An entry is yielded before its directory is entered, and a directory that vanished or turned
+    into something else meanwhile is skipped.
     """
-    found: list[str] = []
     pending: list[str] = [""]
     dirs = 0
     while pending:
@@ -304,9 +305,7 @@ def special_git_files(
         dirs += 1
         if dirs > max_dirs or (deadline is not None and time.monotonic() > deadline):
             raise Timeout(
-                f"the work tree has too many directories to check for special git files (> {dirs - 1})",
-                op="git",
-                duration_ms=None,
+                f"the work tree has too many directories to {what} (> {dirs - 1})", op="git", duration_ms=None
             )
         try:
             fd = Fd(beneath.open_strict(rel, O_LIST_DIR))
@@ -314,22 +313,40 @@ def special_git_files(
             if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EACCES):
                 continue
             raise
-        if seen is not None:
-            seen.dirs.append(rel)
         with fd, os.scandir(fd.fd) as it:
             for de in it:
-                name = de.name
+                yield rel, de
                 try:
-                    if name in SPECIAL_NAMES:
-                        if de.is_file(follow_symlinks=False):
-                            if seen is not None and name == ".gitattributes":
-                                seen.files.append(f"{rel}/{name}" if rel else name)
-                        elif not de.is_dir(follow_symlinks=False):
-                            found.append(f"{rel}/{name}" if rel else name)
-                    elif name not in SKIPPED_DIRS and de.is_dir(follow_symlinks=False):
-                        pending.append(f"{rel}/{name}" if rel else name)
+                    if de.name not in SKIPPED_DIRS and de.is_dir(follow_symlinks=False):
+                        pending.append(f"{rel}/{de.name}" if rel else de.name)
                 except OSError:
                     continue
+
+
+def special_git_files(
+    beneath: Beneath, *, max_dirs: int, deadline: float | None = None, seen: WorkTreeAttributes | None = None
+) -> list[str]:
+    """Workspace-relative ``.gitignore``/``.gitattributes`` entries that are not regular files
+    (``work_tree_entries``' walk). The directories walked and the regular ``.gitattributes`` files
+    met are recorded in ``seen``."""
+    found: list[str] = []
+    last_dir: str | None = None
+    for rel, de in work_tree_entries(
+        beneath, max_dirs=max_dirs, deadline=deadline, what="check for special git files"
+    ):
+        if seen is not None and rel != last_dir:
+            seen.dirs.append(rel)
+            last_dir = rel
+        if de.name not in SPECIAL_NAMES:
+            continue
+        try:
+            if de.is_file(follow_symlinks=False):
+                if seen is not None and de.name == ".gitattributes":
+                    seen.files.append(f"{rel}/{de.name}" if rel else de.name)
+            elif not de.is_dir(follow_symlinks=False):
+                found.append(f"{rel}/{de.name}" if rel else de.name)
+        except OSError:
+            continue
     return found
 
 
@@ -337,7 +354,7 @@ def special_git_files(
 class WorkTreeAttributes:
     """What the walk saw of a work tree's attribute sources (``kernel.gitwhole.filters_possible``)."""
 
-    dirs: list[str] = field(default_factory=list)  # every directory walked ('' = the root)
+    dirs: list[str] = field(default_factory=list)  # every non-empty directory walked ('' = the root)
     files: list[str] = field(default_factory=list)  # the regular ``.gitattributes`` files
 
 

@@ -23,24 +23,20 @@ Ignored untracked files are left out: nothing reads them. The callers decide wha
 
 from __future__ import annotations
 
-import errno
 import os
 import stat as stat_mod
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import pygit2
 from pygit2.ffi import C, ffi
 
-from kernel.beneath import O_LIST_DIR, O_READ, Beneath, Fd
-from kernel.errors import Timeout
-from kernel.gitsafe import WorkTreeAttributes
+from kernel.beneath import O_READ, Beneath
+from kernel.gitsafe import WorkTreeAttributes, work_tree_entries
 from kernel.workspace import MAX_READ_BYTES
 
 # A work-tree file libgit2 may hold whole: the limit of a whole-file read everywhere else.
 MAX_WHOLE_FILE_BYTES = MAX_READ_BYTES
-SKIPPED_DIRS = frozenset({".git", ".a3s"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,42 +51,20 @@ class LargeFile:
 def large_regular_files(
     beneath: Beneath, *, min_bytes: int, max_dirs: int, deadline: float | None
 ) -> list[tuple[str, os.stat_result]]:
-    """(path, lstat) of every regular file over ``min_bytes`` beneath the pinned root.
-
-    Directories are opened without following a symlink; ``.git``, ``.a3s`` and symlinks are not
-    entered; no file is opened. ``Timeout`` past ``max_dirs`` directories or the deadline.
-    """
+    """(path, lstat) of every regular file over ``min_bytes`` beneath the pinned root
+    (``kernel.gitsafe.work_tree_entries``' walk: no symlink followed, no file opened; ``Timeout``
+    past ``max_dirs`` directories or the deadline)."""
     found: list[tuple[str, os.stat_result]] = []
-    pending: list[str] = [""]
-    dirs = 0
-    while pending:
-        rel = pending.pop()
-        dirs += 1
-        if dirs > max_dirs or (deadline is not None and time.monotonic() > deadline):
-            raise Timeout(
-                f"the work tree has too many directories to size its files before git reads them (> {dirs - 1})",
-                op="git",
-                duration_ms=None,
-            )
+    for rel, de in work_tree_entries(
+        beneath, max_dirs=max_dirs, deadline=deadline, what="size its files before git reads them"
+    ):
         try:
-            fd = Fd(beneath.open_strict(rel, O_LIST_DIR))
-        except OSError as exc:
-            if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EACCES):
-                continue
-            raise
-        with fd, os.scandir(fd.fd) as it:
-            for de in it:
-                path = f"{rel}/{de.name}" if rel else de.name
-                try:
-                    if de.is_dir(follow_symlinks=False):
-                        if de.name not in SKIPPED_DIRS:
-                            pending.append(path)
-                    elif de.is_file(follow_symlinks=False):
-                        st = de.stat(follow_symlinks=False)
-                        if stat_mod.S_ISREG(st.st_mode) and st.st_size > min_bytes:
-                            found.append((path, st))
-                except OSError:
-                    continue
+            if de.is_file(follow_symlinks=False):
+                st = de.stat(follow_symlinks=False)
+                if stat_mod.S_ISREG(st.st_mode) and st.st_size > min_bytes:
+                    found.append((f"{rel}/{de.name}" if rel else de.name, st))
+        except OSError:
+            continue
     return sorted(found, key=lambda item: item[0])
 
 
