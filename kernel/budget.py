@@ -11,8 +11,9 @@ spent: their budgets were shares of this one.
 
 Delegation reserves (``reserve``): a ``task`` call holds its children's shares of what is left —
 limit minus used minus what running calls already hold — when it starts, atomically, and ``settle``
-charges what they spent and releases the rest when it ends. Concurrent calls therefore divide the
-remainder instead of each taking all of it, and every check counts what is held as spent. A
+charges what they spent and releases the rest when it ends. Concurrent calls therefore never hand
+out the same remainder twice (the first holds all that is left; the next finds it held and is
+refused), and every check counts what is held as spent. A
 reservation is never persisted (``usage``): a run that suspends on its calls is charged their
 children's spend when it resumes.
 """

@@ -73,8 +73,9 @@ class ChildRunner(Protocol):
 
 def plan_call(ctx: ToolContext, tool: str, params: TaskParams | ParallelTaskParams) -> TaskCall:
     """Plan the children (an unknown agent fails here, before anything is held), then reserve their
-    shares of the parent's budget: atomically, so concurrent calls divide what is left instead of
-    each taking all of it (nothing left for one each: ``budget_exhausted`` naming the resource)."""
+    shares of the parent's budget: atomically, so concurrent calls never hand out the same remainder
+    twice — the first holds what is left, a later one finds it held (nothing left for one each:
+    ``budget_exhausted`` naming the resource)."""
     tracker = getattr(ctx, "budget", None)
     specs = plan_children(
         ctx.workspace,
