@@ -13,6 +13,7 @@ import os
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,8 +50,8 @@ def test_k8_ripgrep_has_a_memory_limit(tmp_path: Path, mode: str) -> None:
     assert elapsed < 30
 
 
-def test_k8_python_engine_reads_only_what_it_uses_of_an_ignore_file(tmp_path: Path) -> None:
-    root = _workspace(tmp_path / "ws", 600 * 1024 * 1024)
+def _python_grep_peak(root: Path) -> tuple[Any, int]:
+    """A model's grep for ``needle`` with the Python engine, and tracemalloc's peak during it."""
     options = SessionOptions(permission_policy=POLICY, services={"search_engine": "python"})
     with Agent() as agent:
         s = agent.session(str(root), options=options)
@@ -60,6 +61,12 @@ def test_k8_python_engine_reads_only_what_it_uses_of_an_ignore_file(tmp_path: Pa
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
+    return result, peak
+
+
+def test_k8_python_engine_reads_only_what_it_uses_of_an_ignore_file(tmp_path: Path) -> None:
+    root = _workspace(tmp_path / "ws", 600 * 1024 * 1024)
+    result, peak = _python_grep_peak(root)
     assert result.error_kind is None and "src/a.py" in result.output
     # What is left is the cost of compiling the 1 MiB it uses (one 1 MiB pattern here), whatever
     # the file's size; reading the file whole made it 600 MiB more.
@@ -77,15 +84,7 @@ def test_k8_q2_python_engine_never_reads_a_huge_text_file_whole(tmp_path: Path) 
     with open(root / "big.txt", "wb") as fh:
         fh.write(b"needle in a text head\n" * 4000)  # 88 KB of text: past the binary probe
         fh.truncate(600 * 1024 * 1024)
-    options = SessionOptions(permission_policy=POLICY, services={"search_engine": "python"})
-    with Agent() as agent:
-        s = agent.session(str(root), options=options)
-        tracemalloc.start()
-        try:
-            result = s.model_tool_call("search", {"mode": "grep", "query": "needle"})
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
+    result, peak = _python_grep_peak(root)
     assert result.error_kind is None and "src/a.py" in result.output
     assert peak < 100 * 1024 * 1024, f"peak {peak >> 20} MiB for a 600 MiB text file"
     assert result.metadata["failed_reads"] == 1 and "big.txt" not in result.output
