@@ -33,11 +33,12 @@ import mmap
 import os
 import stat as stat_mod
 import struct
+import time
 import zlib
 from pathlib import Path
 from typing import BinaryIO
 
-from kernel.errors import InvalidArgument
+from kernel.errors import InvalidArgument, Timeout
 
 CHUNK_BYTES = 1 << 16  # compressed bytes read at a time
 MAX_LOOSE_HEADER_BYTES = 64
@@ -79,6 +80,52 @@ def check_loose_file(objects: Path, hex_id: str) -> None:
         raise CorruptObject(
             f"git object {hex_id} is not a regular file ({kind} in the object database): refused "
             "before git opens it"
+        )
+
+
+def special_object_files(objects: Path, *, deadline: float | None = None) -> list[str]:
+    """Entries of the object directory ``objects`` that are neither a regular file nor one of its
+    real subdirectories (``ab/``, ``pack/``, ``info/``, ``info/commit-graphs/``): FIFOs, sockets,
+    devices, symlinks — what libgit2 would block on or follow when a diff, log or checkout opens
+    them. A directory walk with ``os.scandir`` (no file opened, no stat for most file systems);
+    ``Timeout`` when ``deadline`` (monotonic) passes first."""
+    found: list[str] = []
+    pending = [""]
+    while pending:
+        rel = pending.pop()
+        if deadline is not None and time.monotonic() > deadline:
+            raise Timeout(
+                "the git object database is too large to check for special files", op="git", duration_ms=None
+            )
+        try:
+            it = os.scandir(objects / rel) if rel else os.scandir(objects)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        with it:
+            for de in it:
+                name = f"{rel}/{de.name}" if rel else de.name
+                try:
+                    if de.is_file(follow_symlinks=False):
+                        continue
+                    if de.is_dir(follow_symlinks=False) and name.count("/") < 2:
+                        pending.append(name)
+                        continue
+                except OSError:
+                    pass
+                found.append(name)
+    return found
+
+
+def check_object_database(objects: Path, *, deadline: float | None = None) -> None:
+    """Refuse (``CorruptObject``, ``invalid_argument``) an object database holding special files
+    (``special_object_files``) before libgit2 reads it: pygit2 holds the GIL while libgit2 blocks
+    in ``open``, so one FIFO froze the whole host process."""
+    bad = special_object_files(objects, deadline=deadline)
+    if bad:
+        shown = ", ".join(bad[:5]) + (", …" if len(bad) > 5 else "")
+        raise CorruptObject(
+            f"the git object database holds entries that are not regular files ({shown}); git would "
+            "block on or follow them, so it is not run here until they are removed"
         )
 
 
@@ -271,4 +318,11 @@ def open_blob(objects: Path, raw: bytes, hex_id: str, size: int) -> BinaryIO | N
     return _open_packed(objects, raw, size, hex_id)
 
 
-__all__ = ["BlobReader", "CorruptObject", "check_loose_file", "open_blob"]
+__all__ = [
+    "BlobReader",
+    "CorruptObject",
+    "check_loose_file",
+    "check_object_database",
+    "open_blob",
+    "special_object_files",
+]

@@ -131,3 +131,96 @@ def test_k8_an_object_that_does_not_parse_is_a_typed_error_not_an_internal_one(t
         assert res["exit_code"] == 1, (tool, res)
         assert res["error_kind"]["type"] == "invalid_argument", (tool, res)
         assert oid in res["output"], (tool, res)
+
+
+GIT_PROBE = """
+import json, sys
+from kernel.options import SessionOptions
+from orchestrator import Agent
+with Agent() as agent:
+    session = agent.session(sys.argv[1], SessionOptions(tool_timeouts_ms={"git": 5000}))
+    out = []
+    for args in json.loads(sys.argv[2]):
+        r = session.tool("git", args)
+        out.append({"exit_code": r.exit_code, "output": r.output, "error_kind": r.error_kind})
+    print(json.dumps(out))
+"""
+GIT_CALLS = [{"command": "diff"}, {"command": "log"}, {"command": "status"}]
+
+
+@pytest.mark.parametrize("workspace", ["local", "view"])
+def test_k8_b1_the_git_tool_refuses_an_object_database_with_a_fifo_instead_of_freezing_the_host(
+    tmp_path: Path, workspace: str
+) -> None:
+    """K-8/B-1: a FIFO planted (from the sandbox) where a committed blob's loose object belongs, then
+    ``git diff`` with that file changed: libgit2 opened the FIFO and the whole host process froze
+    (the 5 s tool timeout never fired). Now every ``git`` call on that repository fails
+    ``invalid_argument`` naming the entry, at once, until it is removed."""
+    repo = _repo(tmp_path)
+    (repo / "dir" / "a.txt").write_text("changed\n")
+    obj = _loose(repo, "HEAD:dir/a.txt")
+    _plant_fifo(obj)
+    name = f"{obj.parent.name}/{obj.name}"
+    target = str(repo) if workspace == "local" else f"git:{repo}@HEAD"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", GIT_PROBE, target, json.dumps(GIT_CALLS)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the host process froze on a FIFO in .git/objects (no deadline reached it)")
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    for args, res in zip(GIT_CALLS, results, strict=True):
+        assert res["exit_code"] == 1, (args, res)
+        assert res["error_kind"]["type"] == "invalid_argument", (args, res)
+        assert name in res["output"] and "not regular files" in res["output"], (args, res)
+
+
+BASH_PROBE = """
+import json, sys
+from kernel.options import SessionOptions
+from kernel.policy import PermissionPolicy
+from orchestrator import Agent
+options = SessionOptions(permission_policy=PermissionPolicy(allow=["*"]), tool_timeouts_ms={"bash": 20000})
+with Agent() as agent:
+    session = agent.session(sys.argv[1], options)
+    out = []
+    for command in json.loads(sys.argv[2]):
+        r = session.tool("bash", {"command": command})
+        out.append({"exit_code": r.exit_code, "output": r.output, "changed": r.metadata.get("changed_paths")})
+    print(json.dumps(out))
+"""
+
+
+def test_k8_b2_a_bash_command_planting_a_fifo_in_git_objects_does_not_freeze_the_host(tmp_path: Path) -> None:
+    """K-8/B-2: one sandboxed command replaces the HEAD tree's loose object with a FIFO. bash's
+    change snapshot (libgit2 status, which reads the HEAD tree) then froze the whole host process.
+    Now the object database is vetted first: the call returns (its changed paths unknown) and the
+    next one runs."""
+    repo = _repo(tmp_path)
+    plant = (
+        't=$(git rev-parse "HEAD^{tree}"); p=.git/objects/${t:0:2}/${t:2}; rm -f $p; mkfifo $p; echo planted'
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", BASH_PROBE, str(repo), json.dumps([plant, "echo next"])],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the host process froze after a bash command planted a FIFO in .git/objects")
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, second = json.loads(done.stdout.strip().splitlines()[-1])
+    assert first["exit_code"] == 0 and "planted" in first["output"], first
+    assert first["changed"] is None, first  # unknown, not a freeze
+    assert second["exit_code"] == 0 and "next" in second["output"], second

@@ -79,7 +79,8 @@ def _git_snapshot(root: Path, deadline: float) -> dict[str, Entry]:
 
     from kernel.beneath import Beneath
     from kernel.errors import ToolError
-    from kernel.gitsafe import check_work_tree
+    from kernel.gitblob import check_object_database
+    from kernel.gitsafe import check_work_tree, layout_of_git_dir
     from kernel.gittree import open_repository
     from kernel.gitwhole import filtered_and_read, filters_possible, large_work_tree_files
 
@@ -90,6 +91,11 @@ def _git_snapshot(root: Path, deadline: float) -> dict[str, Entry]:
         try:
             attributes = check_work_tree(beneath, max_dirs=MTIME_SNAPSHOT_MAX_FILES, deadline=deadline)
             repo = open_repository(root)
+            # A FIFO planted in .git/objects (one `mkfifo` in the sandbox) froze the process the same
+            # way at the status below (the HEAD tree is read): the object database is vetted too.
+            check_object_database(
+                layout_of_git_dir(Path(repo.path)).common_dir / "objects", deadline=deadline
+            )
             # libgit2 reads a changed file whole when a filter applies (kernel/gitwhole.py): over the
             # limit the snapshot is unknown instead (its thread cannot be stopped once in libgit2).
             # Sizing every file costs an lstat each: only when a filter can apply at all.

@@ -21,7 +21,8 @@ import pygit2
 
 from kernel.context import ToolContext
 from kernel.errors import Cancelled, InvalidArgument, Timeout, Unsupported
-from kernel.gitsafe import WorkTreeAttributes, check_work_tree
+from kernel.gitblob import check_object_database
+from kernel.gitsafe import WorkTreeAttributes, check_work_tree, layout_of_git_dir
 from kernel.gittree import GitTreeWorkspace, open_repository
 from kernel.gitwhole import MAX_WHOLE_FILE_BYTES, LargeFile, describe, filters_possible, large_work_tree_files
 from kernel.workspace import INTERNAL_DIR, LocalWorkspace, Workspace
@@ -57,10 +58,11 @@ class GitView:
 
 def open_view(workspace: Workspace, *, deadline: float | None = None) -> GitView:
     """The repository behind ``workspace``, opened safely (``kernel.gitsafe``): its config vetted,
-    its work directory pinned to the workspace root, and — for a local work tree — no
-    ``.gitignore``/``.gitattributes`` that libgit2 would block on (checked until ``deadline``)."""
+    its work directory pinned to the workspace root, no special file in its object database, and —
+    for a local work tree — no ``.gitignore``/``.gitattributes`` that libgit2 would block on
+    (checked until ``deadline``)."""
     if isinstance(workspace, GitTreeWorkspace):
-        repo = open_repository(workspace.repo_path)
+        repo = _checked(open_repository(workspace.repo_path), deadline)
         commit = repo[workspace.commit_id]
         assert isinstance(commit, pygit2.Commit)
         return GitView(repo, workspace, commit)
@@ -69,7 +71,19 @@ def open_view(workspace: Workspace, *, deadline: float | None = None) -> GitView
     attributes = None
     if isinstance(workspace, LocalWorkspace):
         attributes = check_work_tree(workspace.beneath, max_dirs=MAX_WORKTREE_DIRS, deadline=deadline)
-    return GitView(open_repository(workspace.root), workspace, None, deadline, attributes)
+    return GitView(_checked(open_repository(workspace.root), deadline), workspace, None, deadline, attributes)
+
+
+def _checked(repo: pygit2.Repository, deadline: float | None) -> pygit2.Repository:
+    """``repo`` once its object database holds no FIFO, socket, device or symlink
+    (``kernel.gitblob.check_object_database``: libgit2 would block on one holding the GIL, freezing
+    the whole process; a model with ``bash`` can plant one); else closed and refused."""
+    try:
+        check_object_database(layout_of_git_dir(Path(repo.path)).common_dir / "objects", deadline=deadline)
+    except BaseException:
+        repo.free()
+        raise
+    return repo
 
 
 def large_files(view: GitView, *, filtered_only: bool = False) -> list[LargeFile]:
