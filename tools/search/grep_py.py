@@ -13,8 +13,10 @@ means UTF-16, invalid UTF-8 becomes U+FFFD; a NUL byte anywhere marks the file b
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kernel.workspace import MAX_READ_BYTES, Workspace, check_read_size
@@ -183,39 +185,82 @@ class PythonEngine:
         read = _local_reader(ws) if is_local(ws) else _protocol_reader(ws)
         for path in self._files(ws, q, guard, result):
             guard.check()
-            try:
-                data = read(path)
-            except Exception as exc:
-                if read_failed(exc):
-                    result.failed_reads += 1
-                    continue
-                raise
-            if data is None:
-                continue  # binary (seen in its first block)
-            if needle is not None and needle not in data and data[:2] not in UTF16_BOMS:
-                continue  # cannot match: skip decoding (a UTF-16 file is checked after decoding)
-            text = decode_text(data)
-            if text is None:
-                continue
-            hay: Any = text if linear is None else text.encode("utf-8", "surrogatepass")
-            starts = match_line_starts(hay, matcher, guard.check)
-            hits = matching_lines(hay, matcher, guard.check) if starts is None else None
-            n_hits = len(starts) if starts is not None else len(hits or ())
-            if not n_hits:
-                continue
-            result.counts[path] = n_hits
-            if sink is not None and sink.wants(path):
-                if hits is None:
-                    hits = line_indexes(hay, starts or [])
-                lines: list[Line] = context_lines(split_lines(text), hits, q.context)
-                sink.add(path, lines)
+            with _one_big_file(guard) if _is_big(ws, path) else contextlib.nullcontext():
+                self._scan_file(path, read, matcher, linear is not None, needle, q, guard, sink, result)
         return result
+
+    def _scan_file(
+        self,
+        path: str,
+        read: Callable[[str], bytes | None],
+        matcher: Any,
+        linear: bool,
+        needle: bytes | None,
+        q: GrepQuery,
+        guard: Guard,
+        sink: ContentSink | None,
+        result: ScanResult,
+    ) -> None:
+        try:
+            data = read(path)
+        except Exception as exc:
+            if read_failed(exc):
+                result.failed_reads += 1
+                return
+            raise
+        if data is None:
+            return  # binary (seen in its first block)
+        if needle is not None and needle not in data and data[:2] not in UTF16_BOMS:
+            return  # cannot match: skip decoding (a UTF-16 file is checked after decoding)
+        text = decode_text(data)
+        if text is None:
+            return
+        hay: Any = text.encode("utf-8", "surrogatepass") if linear else text
+        starts = match_line_starts(hay, matcher, guard.check)
+        hits = matching_lines(hay, matcher, guard.check) if starts is None else None
+        n_hits = len(starts) if starts is not None else len(hits or ())
+        if not n_hits:
+            return
+        result.counts[path] = n_hits
+        if sink is not None and sink.wants(path):
+            if hits is None:
+                hits = line_indexes(hay, starts or [])
+            lines: list[Line] = context_lines(split_lines(text), hits, q.context)
+            sink.add(path, lines)
 
     def counts(self, ws: Workspace, q: GrepQuery, guard: Guard) -> ScanResult:
         return self._scan(ws, q, guard, None)
 
     def content(self, ws: Workspace, q: GrepQuery, sink: ContentSink, guard: Guard) -> ScanResult:
         return self._scan(ws, q, guard, sink)
+
+
+# A file is matched whole: its bytes, its text (up to 4 bytes a character) and RE2's UTF-8 copy —
+# ~6x a 59 MiB file. Concurrent greps (a model's ``batch``, other sessions of a worker) hold one
+# such file at a time per process, not one each; the engine is GIL-bound, so this costs no speed.
+BIG_FILE_BYTES = 4 * 1024 * 1024
+_BIG_FILE_LOCK = threading.Lock()
+_LOCK_POLL_S = 0.05
+
+
+def _is_big(ws: Workspace, path: str) -> bool:
+    """Whether ``path`` is over ``BIG_FILE_BYTES`` now (a file that grows after this is still cut at
+    ``MAX_READ_BYTES`` by its read); unknown sizes count as small, the read then says what is wrong."""
+    try:
+        return ws.stat(path).size > BIG_FILE_BYTES
+    except Exception:
+        return False
+
+
+@contextlib.contextmanager
+def _one_big_file(guard: Guard) -> Iterator[None]:
+    """Hold the process's big-file slot, waiting no longer than the call's deadline or cancel."""
+    while not _BIG_FILE_LOCK.acquire(timeout=_LOCK_POLL_S):
+        guard.check()
+    try:
+        yield
+    finally:
+        _BIG_FILE_LOCK.release()
 
 
 def _protocol_reader(ws: Workspace) -> Callable[[str], bytes | None]:
