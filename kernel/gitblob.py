@@ -35,6 +35,7 @@ import stat as stat_mod
 import struct
 import time
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -273,7 +274,16 @@ def _find_in_pack(idx_path: Path, raw: bytes) -> int | None:
         os.close(fd)
 
 
-def _open_packed(objects: Path, raw: bytes, size: int, name: str) -> BinaryIO | None:
+@dataclass(frozen=True)
+class _Located:
+    """Where a whole object's zlib stream starts: an open regular file and an offset in it."""
+
+    fd: int
+    start: int
+    loose: bool
+
+
+def _open_packed(objects: Path, raw: bytes, size: int, name: str) -> _Located | None:
     pack_dir = objects / "pack"
     try:
         idx_names = sorted(n for n in os.listdir(pack_dir) if n.startswith("pack-") and n.endswith(".idx"))
@@ -302,7 +312,7 @@ def _open_packed(objects: Path, raw: bytes, size: int, name: str) -> BinaryIO | 
             if kind != OBJ_BLOB or entry_size != size:
                 os.close(fd)
                 return None  # a delta (or not what the header said): not streamable here
-            return BlobReader(_InflateReader(fd, offset + i + 1, size, loose=False, name=name))
+            return _Located(fd, offset + i + 1, False)
         except (OSError, IndexError):
             os.close(fd)
             return None
@@ -312,9 +322,42 @@ def _open_packed(objects: Path, raw: bytes, size: int, name: str) -> BinaryIO | 
 def open_blob(objects: Path, raw: bytes, hex_id: str, size: int) -> BinaryIO | None:
     """A stream of blob ``raw`` (``size`` bytes) from the object directory ``objects``, or None
     when it is not stored whole (loose or an undeltified pack entry; see the module docstring)."""
+    where = _locate(objects, raw, hex_id, size)
+    if where is None:
+        return None
+    return BlobReader(_InflateReader(where.fd, where.start, size, loose=where.loose, name=hex_id))
+
+
+def open_verified_blob(objects: Path, raw: bytes, hex_id: str, size: int) -> BinaryIO | None:
+    """As ``open_blob``, but the blob is first inflated once to its end and checked against its id
+    (nothing kept: a chunk at a time), then streamed again from the same open file: a partial read
+    of it is exactly the committed bytes too, at the cost of inflating it twice. ``CorruptObject``
+    when it is not the blob of that id. (A file rewritten in place between the two passes is not
+    caught; one replaced by a rename is, the open file stays the checked one.)"""
+    where = _locate(objects, raw, hex_id, size)
+    if where is None:
+        return None
+    try:
+        check = _InflateReader(os.dup(where.fd), where.start, size, loose=where.loose, name=hex_id)
+    except BaseException:
+        os.close(where.fd)
+        raise
+    try:
+        buf = bytearray(CHUNK_BYTES)
+        while check.readinto(buf):  # the last chunk checks the id (``readinto``)
+            pass
+    except BaseException:
+        os.close(where.fd)
+        raise
+    finally:
+        check.close()
+    return BlobReader(_InflateReader(where.fd, where.start, size, loose=where.loose, name=hex_id))
+
+
+def _locate(objects: Path, raw: bytes, hex_id: str, size: int) -> _Located | None:
     fd = _open_regular(objects / hex_id[:2] / hex_id[2:])
     if fd is not None:
-        return BlobReader(_InflateReader(fd, 0, size, loose=True, name=hex_id))
+        return _Located(fd, 0, True)
     return _open_packed(objects, raw, size, hex_id)
 
 
@@ -324,5 +367,6 @@ __all__ = [
     "check_loose_file",
     "check_object_database",
     "open_blob",
+    "open_verified_blob",
     "special_object_files",
 ]
