@@ -130,6 +130,14 @@ def check_object_database(objects: Path, *, deadline: float | None = None) -> No
         )
 
 
+def max_deflate_bytes(n: int) -> int:
+    """More compressed bytes than any real zlib stream of ``n`` bytes takes (zlib's deflateBound is
+    about n + n/4096 + 13; a writer that flushes every 4 KiB adds 5 bytes each): a stream still going
+    past it is padding — empty stored blocks a hostile object can repeat for gigabytes, which the
+    reader would inflate in one ``read`` call to hand out a few bytes."""
+    return n + n // 64 + 4096
+
+
 class _InflateReader(io.RawIOBase):
     """The zlib stream that starts at ``start`` of ``fd``, yielding exactly ``size`` bytes after
     ``skip_header`` (loose objects: the ``blob <size>\\0`` prefix)."""
@@ -138,6 +146,8 @@ class _InflateReader(io.RawIOBase):
         super().__init__()
         self._fd = fd
         self._pos = start  # next compressed byte to read
+        self._start = start
+        self._max_input = max_deflate_bytes(size + MAX_LOOSE_HEADER_BYTES)
         self._left = size  # content bytes still to come
         self._size = size
         self._name = name
@@ -167,6 +177,11 @@ class _InflateReader(io.RawIOBase):
             if self._z.eof:
                 return b""
             if not self._tail:
+                if self._pos - self._start > self._max_input:
+                    raise CorruptObject(
+                        f"git object {self._name} has a zlib stream longer than any deflate of "
+                        f"{self._size} bytes (refused, not read to its end)"
+                    )
                 self._tail = os.pread(self._fd, CHUNK_BYTES, self._pos)
                 self._pos += len(self._tail)
                 if not self._tail:
@@ -366,6 +381,7 @@ __all__ = [
     "CorruptObject",
     "check_loose_file",
     "check_object_database",
+    "max_deflate_bytes",
     "open_blob",
     "open_verified_blob",
     "special_object_files",

@@ -94,3 +94,38 @@ def test_k8_b1_a_blob_read_to_its_end_is_checked_against_its_id(tmp_path: Path) 
     with pytest.raises(CorruptObject, match="another id"):  # an emptied object is caught at once
         open_blob(objects, bytes.fromhex(hex_id), hex_id, 0)
     assert empty_id != hex_id
+
+
+def _padded_stream(payload: bytes, empty_blocks: int) -> bytes:
+    """A valid zlib stream of ``payload`` that first holds ``empty_blocks`` empty stored blocks
+    (5 bytes each, no output): any length of compressed input for a few bytes of content."""
+    raw = zlib.compressobj(9, zlib.DEFLATED, -15)
+    body = raw.compress(payload) + raw.flush()
+    adler = zlib.adler32(payload).to_bytes(4, "big")
+    return b"\x78\x01" + b"\x00\x00\x00\xff\xff" * empty_blocks + body + adler
+
+
+def test_k8_b1_a_stream_longer_than_any_deflate_of_its_size_is_refused_without_reading_it_all(
+    tmp_path: Path,
+) -> None:
+    """A loose object of 20 bytes whose zlib stream first holds 40 MB of empty stored blocks (a
+    sandboxed command can write one): the reader inflated all of it — in one ``read`` call, with no
+    cancel or deadline check — to hand out 20 bytes; a real deflate of 20 bytes is never longer than
+    a few dozen. Now it stops past the longest possible stream: ``CorruptObject``."""
+    payload = b"blob 20\x00" + b"twenty bytes of text"
+    stream = _padded_stream(payload, 8_000_000)
+    assert zlib.decompress(stream) == payload  # valid: zlib and libgit2 would inflate it
+    hex_id = hashlib.sha1(payload).hexdigest()
+    objects = tmp_path / "objects"
+    (objects / hex_id[:2]).mkdir(parents=True)
+    (objects / hex_id[:2] / hex_id[2:]).write_bytes(stream)
+    with pytest.raises(CorruptObject, match="longer than"):  # at open: the header comes after it
+        fh = open_blob(objects, bytes.fromhex(hex_id), hex_id, 20)
+        assert fh is not None
+        fh.read()
+    honest = _padded_stream(payload, 3)  # a little padding stays readable
+    (objects / hex_id[:2] / hex_id[2:]).write_bytes(honest)
+    fh = open_blob(objects, bytes.fromhex(hex_id), hex_id, 20)
+    assert fh is not None
+    with fh:
+        assert fh.read() == b"twenty bytes of text"
