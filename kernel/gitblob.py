@@ -156,7 +156,10 @@ class _InflateReader(io.RawIOBase):
         self._pending = b""  # inflated bytes not yet returned
         # libgit2 checks an object's id when it loads it whole; a stream checks it when the last
         # byte is handed out (``readinto``), so a file read to its end is exactly the committed one.
-        self._hash = hashlib.sha1() if len(name) == 40 else hashlib.sha256()
+        # sha1 only: a sha256 repository is refused when it is opened (``gittree.open_repository``:
+        # libgit2 here cannot read one), so another id length never gets here; if it did, the id
+        # check fails closed.
+        self._hash = hashlib.sha1()
         self._hash.update(b"blob %d\x00" % size)
         try:
             if loose:

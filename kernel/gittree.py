@@ -37,7 +37,7 @@ import pygit2
 
 from kernel import gitsafe
 from kernel.beneath import names_directory, not_a_directory
-from kernel.errors import InvalidArgument, NotFound, PathOutsideWorkspace
+from kernel.errors import InvalidArgument, NotFound, PathOutsideWorkspace, Unsupported
 from kernel.gitblob import CorruptObject, check_loose_file, open_blob, open_verified_blob
 from kernel.workspace import (
     INTERNAL_DIR,
@@ -61,10 +61,11 @@ MODE_COMMIT = 0o160000  # a submodule (gitlink)
 
 DIR_PERMISSIONS = 0o755
 LINK_PERMISSIONS = 0o777
-MAX_LINK_TARGET_BYTES = 4096
-SMALL_BLOB_BYTES = (
-    1024 * 1024
-)  # open_file loads blobs up to this through libgit2 (checked, fast)  # PATH_MAX: a longer "symlink" blob is never loaded to be followed
+MAX_LINK_TARGET_BYTES = 4096  # PATH_MAX: a longer "symlink" blob is never loaded to be followed
+SMALL_BLOB_BYTES = 1024 * 1024  # open_file loads blobs up to this through libgit2 (checked, fast)
+# The object formats libgit2 (1.9, under pygit2 1.21) reads: a sha256 repository
+# (`git init --object-format=sha256`) fails to open there ("unknown object format").
+SUPPORTED_OBJECT_FORMATS = frozenset({"sha1"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +84,9 @@ def open_repository(path: str | os.PathLike[str]) -> pygit2.Repository:
     No upward search: a directory inside someone else's repository is not silently widened to it.
     The repository's own configuration is vetted first (``kernel.gitsafe``: includes and special
     files refused, ``permission_denied``), and a repository found through ``<path>/.git`` gets
-    ``path`` as its explicit work directory, so a planted ``core.worktree`` moves nothing.
+    ``path`` as its explicit work directory, so a planted ``core.worktree`` moves nothing. A
+    repository in an object format libgit2 cannot read (sha256) is ``unsupported``, not "not a
+    repository".
     """
     where = os.fspath(path)
     try:
@@ -92,14 +95,34 @@ def open_repository(path: str | os.PathLike[str]) -> pygit2.Repository:
         raise NotFound(f"not a git repository: {where}", path=where) from exc
     if layout is None:
         raise NotFound(f"not a git repository: {where}", path=where)
-    gitsafe.check_repository(layout)
+    _check_object_format(where, gitsafe.check_repository(layout))
     try:
         repo = pygit2.Repository(where, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
     except (pygit2.GitError, KeyError, OSError) as exc:
+        if "object format" in str(exc):  # a format set where the config check does not look
+            raise _unsupported_format(where, "non-sha1") from exc
         raise NotFound(f"not a git repository: {where}", path=where) from exc
     if layout.work_tree is not None:
         repo.workdir = os.fspath(layout.work_tree)
     return repo
+
+
+def _check_object_format(where: str, config: list[gitsafe.ConfigEntry]) -> None:
+    """Refuse a repository libgit2 cannot read (``extensions.objectFormat``), before it opens it:
+    libgit2 fails with a message that read as "not a git repository" (``not_found``)."""
+    for e in config:
+        if (e.section, e.key) == ("extensions", "objectformat") and e.subsection is None:
+            fmt = (e.value or "").strip().lower()
+            if fmt not in SUPPORTED_OBJECT_FORMATS:
+                raise _unsupported_format(where, repr(fmt))
+
+
+def _unsupported_format(where: str, fmt: str) -> Unsupported:
+    return Unsupported(
+        f"{where} is a git repository in the {fmt} object format, which is not supported: "
+        "libgit2/pygit2 here read sha1 repositories only",
+        reason="unsupported_object_format",
+    )
 
 
 def resolve_commit(repo: pygit2.Repository, rev: str) -> pygit2.Commit:

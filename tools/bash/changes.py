@@ -9,8 +9,9 @@ Two snapshot kinds, chosen by the workspace:
   ``core.fsmonitor`` hook or clean filter — code execution outside the sandbox. libgit2 runs
   neither; what it does honour (``core.worktree``, includes, excludes files, a FIFO ``.gitignore``)
   is vetted or neutralised by ``kernel.gitsafe`` before it opens the repository.
-- **mtime** (no repository): size and mtime of every regular file under the root (``.git`` and
-  ``.a3s`` skipped, symlinks not followed), at most ``MTIME_SNAPSHOT_MAX_FILES`` files.
+- **mtime** (no repository, or one libgit2 cannot read at all: a sha256 repository): size and
+  mtime of every regular file under the root (``.git`` and ``.a3s`` skipped, symlinks not
+  followed), at most ``MTIME_SNAPSHOT_MAX_FILES`` files.
 
 Each snapshot runs in a worker thread under a ``SNAPSHOT_BUDGET_S`` (400 ms) budget; when either
 side runs out of budget or files, ``changed_paths`` is None ("unknown"), never a partial guess.
@@ -49,21 +50,34 @@ class _Unknown(Exception):
     """The snapshot cannot be taken (over budget, too many files, not a readable repository)."""
 
 
+class _NotReadable(Exception):
+    """libgit2 cannot read this repository at all (``unsupported``: its object format)."""
+
+
 async def take_snapshot(root: Path) -> Snapshot | None:
     """A snapshot of ``root`` within the budget, or None when it could not be taken in time."""
-    kind: SnapshotKind = "git" if (root / ".git").exists() else "mtime"
     loop = asyncio.get_running_loop()
     deadline = time.monotonic() + SNAPSHOT_BUDGET_S
-    fn = _git_snapshot if kind == "git" else _mtime_snapshot
-    future = loop.run_in_executor(None, fn, root, deadline)
+    future = loop.run_in_executor(None, _snapshot, root, deadline)
     try:
-        entries = await asyncio.wait_for(asyncio.shield(future), SNAPSHOT_BUDGET_S)
+        kind, entries = await asyncio.wait_for(asyncio.shield(future), SNAPSHOT_BUDGET_S)
     except TimeoutError:
         abandon(future)  # the walk ends on its own; its outcome is never logged
         return None
     except (_Unknown, OSError):
         return None
     return Snapshot(kind, entries)
+
+
+def _snapshot(root: Path, deadline: float) -> tuple[SnapshotKind, dict[str, Entry]]:
+    if not (root / ".git").exists():
+        return "mtime", _mtime_snapshot(root, deadline)
+    try:
+        return "git", _git_snapshot(root, deadline)
+    except _NotReadable:
+        # A repository libgit2 cannot open at all (sha256 object format): the work tree is still
+        # there, so the mtime snapshot tells the changes instead of leaving them unknown.
+        return "mtime", _mtime_snapshot(root, deadline)
 
 
 def changed_paths(before: Snapshot | None, after: Snapshot | None) -> list[str] | None:
@@ -78,7 +92,7 @@ def _git_snapshot(root: Path, deadline: float) -> dict[str, Entry]:
     import pygit2
 
     from kernel.beneath import Beneath
-    from kernel.errors import ToolError
+    from kernel.errors import ToolError, Unsupported
     from kernel.gitblob import check_object_database
     from kernel.gitsafe import check_work_tree, layout_of_git_dir
     from kernel.gittree import open_repository
@@ -90,7 +104,10 @@ def _git_snapshot(root: Path, deadline: float) -> dict[str, Entry]:
         beneath = Beneath(str(root))
         try:
             attributes = check_work_tree(beneath, max_dirs=MTIME_SNAPSHOT_MAX_FILES, deadline=deadline)
-            repo = open_repository(root)
+            try:
+                repo = open_repository(root)
+            except Unsupported as exc:
+                raise _NotReadable(str(exc)) from exc
             # A FIFO planted in .git/objects (one `mkfifo` in the sandbox) froze the process the same
             # way at the status below (the HEAD tree is read): the object database is vetted too.
             check_object_database(
