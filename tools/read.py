@@ -26,6 +26,11 @@ goes to the continuation unchanged, and so does one whose window the cap cut sho
 files had spent part of it: the next call gives it the whole cap. Only a file that got the whole cap
 and still could not reach its offset becomes an error segment; every call makes progress, since
 its first file always gets the whole cap.
+
+Blocking work stays off the event loop: on a non-local workspace (a ``git:`` view: libgit2 lookups,
+and a 1-64 MiB blob's id check is a full inflate) opening and scanning a file run together in a
+worker thread that stops with the call (``tools._offthread.stoppable``); a directory's ``open`` is
+non-blocking, and only its scans over ``INLINE_SCAN_BYTES`` go to a worker.
 """
 
 from __future__ import annotations
@@ -34,16 +39,19 @@ import asyncio
 import io
 import json
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kernel.capabilities import ToolCapabilities
 from kernel.context import ToolContext
-from kernel.errors import InvalidArgument, ToolError
+from kernel.errors import Cancelled, InvalidArgument, ToolError
 from kernel.result import ToolResult
 from kernel.spec import ToolSpec
+from kernel.workspace import Workspace
 from tools._linewindow import Window, read_window, render_line
+from tools._offthread import stoppable
 
 MAX_LIMIT_LINES = 2000
 MAX_LINE_BYTES = 2000
@@ -130,16 +138,45 @@ async def _window(
 ) -> Window:
     """Lines ``offset .. offset+limit`` of ``path`` (as many as ``budget`` bytes can show) and its
     total line count, streamed, scanning at most ``scan`` bytes (module docstring)."""
+    if "local" not in ctx.workspace.capabilities:
+        # Opening a git blob is libgit2 lookups and, for 1-64 MiB, a full inflate + id check
+        # (~0.2 s for 60 MiB): on the loop it stalled every other call and session. All of it
+        # runs in a worker thread, stopped with the call (deadline, cancel, closed session).
+        ws = ctx.workspace
+        return await stoppable(
+            ctx.cancelled, lambda stopped: _window_of(ws, path, offset, limit, budget, scan, stopped)
+        )
     opener = getattr(ctx.workspace, "open_file", None)
     if not callable(opener):  # a workspace without streams: read_bytes bounds it (MAX_READ_BYTES)
         blob = io.BytesIO(ctx.workspace.read_bytes(path))
         return read_window(blob, offset, limit, budget, max_scan_bytes=scan)
     # Every workspace kind streams (a git blob or a stored object too): never a whole file in memory.
+    # A directory's open is non-blocking (O_NONBLOCK, regular files only): only big scans leave the loop.
     fh = opener(path)
     try:
         if _size(fh) <= INLINE_SCAN_BYTES:
             return read_window(fh, offset, limit, budget, max_scan_bytes=scan)
         return await asyncio.to_thread(read_window, fh, offset, limit, budget, ctx.cancelled.is_set, scan)
+    finally:
+        fh.close()
+
+
+def _window_of(
+    ws: Workspace,
+    path: str,
+    offset: int,
+    limit: int,
+    budget: int,
+    scan: int,
+    stopped: Callable[[], bool],
+) -> Window:
+    """``_window`` for a non-local workspace, in a worker thread: open (or load) and scan."""
+    if stopped():
+        raise Cancelled("read cancelled", op="read")
+    opener = getattr(ws, "open_file", None)
+    fh: BinaryIO = opener(path) if callable(opener) else io.BytesIO(ws.read_bytes(path))
+    try:
+        return read_window(fh, offset, limit, budget, stopped, scan)
     finally:
         fh.close()
 
