@@ -16,18 +16,49 @@ out the same remainder twice (the first holds all that is left; the next finds i
 refused), and every check counts what is held as spent. A
 reservation is never persisted (``usage``): a run that suspends on its calls is charged their
 children's spend when it resumes.
+
+A call that runs elsewhere (a fleet job) is held by the session (``hold_call``) and settled with
+what it spent there: the worker runs it under ``metered()``, which adds up everything charged in
+that call's context — its nested calls and their tasks included, but not a concurrent job's on the
+same cached session — and sends that back with the result.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kernel.errors import BudgetExhausted
 
 DEFAULT_SOFT_RATIO = 0.8
+USAGE_KEYS = ("tool_calls", "output_bytes", "prompt_tokens", "completion_tokens", "cached_tokens")
+
+# What the running call has been charged so far (``metered``); None outside one.
+_METER: contextvars.ContextVar[dict[str, int] | None] = contextvars.ContextVar(
+    "a3s_budget_meter", default=None
+)
+
+
+@contextlib.contextmanager
+def metered() -> Iterator[dict[str, int]]:
+    """Count what every tracker charges in this context (tasks started in it included) into the
+    yielded usage mapping: what one call run elsewhere spent, reported back to its session."""
+    meter = dict.fromkeys(USAGE_KEYS, 0)
+    token = _METER.set(meter)
+    try:
+        yield meter
+    finally:
+        _METER.reset(token)
+
+
+def _metering(key: str, amount: int) -> None:
+    meter = _METER.get()
+    if meter is not None and amount > 0:
+        meter[key] = meter.get(key, 0) + amount
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +95,7 @@ class Reservation:
     runs: int
     per_run: dict[str, int | None]
     settled: bool = False
+    call: bool = False  # a held call (``hold_call``), not a delegation
 
     def share(self, resource: str) -> int | None:
         return self.per_run.get(resource)
@@ -95,6 +127,7 @@ class BudgetTracker:
         self.cached_tokens = int(used.get("cached_tokens", 0))
         self._soft_sent: set[str] = set(used.get("soft_sent", []) or [])  # type: ignore[arg-type]
         self.reserved: dict[str, int] = dict.fromkeys(RESERVABLE, 0)  # held by running `task` calls
+        self.held_calls = 0  # of reserved["tool_calls"]: calls running elsewhere (``hold_call``)
         self._lock = threading.Lock()
 
     def usage(self) -> dict[str, Any]:
@@ -124,15 +157,18 @@ class BudgetTracker:
                 total = consumed + reserved
                 over = total > limit if resource == "tool_calls" else total >= limit
                 if over:
-                    used = consumed if resource != "tool_calls" else consumed - 1
+                    # Calls held while they run elsewhere are calls made, as embedded says so.
+                    calls = self.held_calls if resource == "tool_calls" else 0
+                    used = (consumed if resource != "tool_calls" else consumed - 1) + calls
                     raise BudgetExhausted(
-                        f"Budget exhausted: {resource} {used} of {limit} used" + _held(reserved),
+                        f"Budget exhausted: {resource} {used} of {limit} used" + _held(reserved - calls),
                         resource=resource,
                         reason=f"{resource} limit {limit} reached",
                         consumed=total,
                         limit=limit,
                     )
             self.tool_calls += 1
+            _metering("tool_calls", 1)
             crossed: list[Threshold] = []
             for resource, consumed, limit in levels:
                 if limit is None or resource in self._soft_sent:
@@ -152,12 +188,16 @@ class BudgetTracker:
     def charge_output(self, nbytes: int) -> None:
         with self._lock:
             self.output_bytes += nbytes
+            _metering("output_bytes", nbytes)
 
     def charge_model(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> None:
         with self._lock:
             self.prompt_tokens += prompt_tokens
             self.completion_tokens += completion_tokens
             self.cached_tokens += cached_tokens
+            _metering("prompt_tokens", prompt_tokens)
+            _metering("completion_tokens", completion_tokens)
+            _metering("cached_tokens", cached_tokens)
 
     def charge_delegated(self, usage: Mapping[str, Any]) -> None:
         """What delegated child runs spent (their ``TaskResult.usage``): their shares came out of
@@ -175,6 +215,8 @@ class BudgetTracker:
         self.prompt_tokens += count("prompt_tokens")
         self.completion_tokens += count("completion_tokens")
         self.cached_tokens += count("cached_tokens")
+        for key in USAGE_KEYS:
+            _metering(key, count(key))
 
     def reserve(self, runs: int) -> Reservation:
         """Hold an equal share of what is left of each limited consumable for each of ``runs``
@@ -220,11 +262,13 @@ class BudgetTracker:
         does, but *hold* it instead of counting it: ``settle`` charges it with what it spent. A
         snapshot taken meanwhile (the one its worker starts from) does not count it, while every
         check here — a concurrent step's included — does."""
-        self.check_before_call(now_ms)
+        with _unmetered():
+            self.check_before_call(now_ms)
         with self._lock:
             self.tool_calls -= 1
             self.reserved["tool_calls"] += 1
-        return Reservation(1, {"tool_calls": 1})
+            self.held_calls += 1
+        return Reservation(1, {"tool_calls": 1}, call=True)
 
     def settle(self, reservation: Reservation, spent: Mapping[str, Any]) -> None:
         """End ``reservation``: release what it held and charge what its runs ``spent`` (a usage
@@ -233,6 +277,8 @@ class BudgetTracker:
             if reservation.settled:
                 return
             reservation.settled = True
+            if reservation.call:
+                self.held_calls = max(0, self.held_calls - 1)
             for resource, share in reservation.per_run.items():
                 self.reserved[resource] = max(0, self.reserved[resource] - (share or 0) * reservation.runs)
             self._charge(spent)
@@ -266,6 +312,15 @@ class BudgetTracker:
                         Threshold(resource, "soft", consumed, limit, f"{resource} at {consumed} of {limit}")
                     )
             return crossed
+
+
+@contextlib.contextmanager
+def _unmetered() -> Iterator[None]:
+    token = _METER.set(None)
+    try:
+        yield
+    finally:
+        _METER.reset(token)
 
 
 def _held(reserved: int) -> str:

@@ -30,6 +30,7 @@ from kernel.clock import RandomIds
 from kernel.options import SessionOptions
 from kernel.workspace import Workspace
 from orchestrator.fanout import HostGatedRunner
+from orchestrator.fanout_budget import BudgetedRunner
 from orchestrator.session import Session
 
 __all__ = ["Agent", "extra_tools", "open_workspace"]
@@ -146,8 +147,11 @@ class Agent:
         if not self.settings.embedded:
             from orchestrator.dispatch import CeleryRunner
 
-            remote = CeleryRunner(self.fleet_app(), session.snapshot, self.settings, session_id=session.id)
-            # Host hooks are code, not snapshot data: they run here around each remote branch.
+            jobs = CeleryRunner(self.fleet_app(), session.snapshot, self.settings, session_id=session.id)
+            # The session's budget admits and counts every branch here, not the workers' copies (K-3).
+            remote = BudgetedRunner(core.kernel.budget, core.kernel.clock.now_ms, jobs)
+            # Host hooks are code, not snapshot data: they run here around each remote branch (before
+            # the budget, as the kernel orders them).
             options = core.kernel.options
             hooks = options.pre_tool_hooks or options.post_tool_hooks
             session.runner = HostGatedRunner(core.kernel, remote) if hooks else remote
@@ -155,11 +159,7 @@ class Agent:
             # Workflows: steps become jobs of this runner; the history goes to a Redis Stream.
             from orchestrator.dispatch_workflow import fleet_workflow_services
 
-            core.kernel.services.update(
-                fleet_workflow_services(
-                    session.runner, self.settings, core.kernel.budget, core.kernel.clock.now_ms
-                )
-            )
+            core.kernel.services.update(fleet_workflow_services(session.runner, self.settings))
             # Sub-agents: every `task` child is an a3s.agent job; the parent waits here (issue 9).
             from orchestrator.dispatch_agent import fleet_task_services
 

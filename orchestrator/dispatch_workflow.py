@@ -26,17 +26,16 @@ import itertools
 import json
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 import redis.asyncio as aioredis
 
 from config.settings import Settings
-from flows.task.settle import known_spend, reported_usage, total
 from flows.workflow import StepCall, check_run_id
 from flows.workflow.events import digest
 from flows.workflow.log import GroupCommit
-from kernel.errors import BudgetExhausted, Transport, VersionConflict
+from kernel.errors import Transport, VersionConflict
 from kernel.result import ToolResult
 from orchestrator.fanout import Branch, BranchRunner
 
@@ -55,38 +54,16 @@ RENEW_LUA = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PE
 class BranchStepRunner:
     """A workflow step as one fleet job (see the module docstring).
 
-    The session's budget admits and counts each step here, where the session lives (K-3), as the
-    kernel does for an embedded step: a worker restores the session from the snapshot taken when the
-    run started and keeps it per process, so its own count saw neither the other processes' steps
-    nor the session's, and nothing it spent came back. A step is admitted and held
-    (``BudgetTracker.hold_call``: concurrent steps see it; the snapshot its worker starts from does
-    not, so the worker's own count never runs ahead of the session's) before its job is sent —
-    refused ``budget_exhausted`` otherwise — and settled when it returns: the call, its output bytes
-    and what a ``task`` step's children report they spent."""
+    The session's budget admits and counts each step where the session lives (K-3), as the kernel
+    does for an embedded step: ``runner`` is the session's runner, whose ``BudgetedRunner``
+    (``orchestrator.fanout_budget``) holds the step before its job is sent — refused
+    ``budget_exhausted`` otherwise — and charges what the worker reports it spent when it returns."""
 
-    def __init__(
-        self, runner: BranchRunner, budget: Any = None, now_ms: Callable[[], int] | None = None
-    ) -> None:
+    def __init__(self, runner: BranchRunner) -> None:
         self.runner = runner
-        self.budget = budget
-        self.now_ms = now_ms or (lambda: int(time.time() * 1000))
         self._index = itertools.count()
 
     async def run_step(self, call: StepCall) -> ToolResult:
-        if self.budget is None:
-            return await self._dispatch(call)
-        try:
-            held = self.budget.hold_call(self.now_ms())
-        except BudgetExhausted as err:
-            return ToolResult.failure(call.tool, err)
-        result: ToolResult | None = None
-        try:
-            result = await self._dispatch(call)
-            return result
-        finally:
-            self.budget.settle(held, _step_spend(result))
-
-    async def _dispatch(self, call: StepCall) -> ToolResult:
         branch = Branch(
             call.tool,
             call.args,
@@ -95,18 +72,6 @@ class BranchStepRunner:
             label=call.step_id,
         )
         return await self.runner.run_branch(call.run_id, next(self._index), branch)
-
-
-def _step_spend(result: ToolResult | None) -> dict[str, int]:
-    """What a step spent of the session's budget: the call, its output bytes (the worker projected
-    it), and what a ``task`` step's children report they spent (``flows.task.settle``)."""
-    if result is None:  # cancelled or failed to dispatch: the job may have run
-        return {"tool_calls": 1}
-    meta = result.metadata if isinstance(result.metadata, dict) else {}
-    spent = [known_spend(usage) for usage in reported_usage(meta.get("tasks")).values()]
-    out = total([{"tool_calls": 1, "output_bytes": len(result.output.encode("utf-8", "surrogatepass"))}])
-    children = total(s for s in spent if s is not None)
-    return {k: out[k] + children[k] for k in out}
 
 
 def step_key(query: str, step_id: str) -> str:
@@ -230,11 +195,6 @@ def fleet_workflow_logs(settings: Settings) -> RedisEventLogs:
     return RedisEventLogs(state_url(settings))
 
 
-def fleet_workflow_services(
-    runner: BranchRunner, settings: Settings, budget: Any = None, now_ms: Callable[[], int] | None = None
-) -> dict[str, Any]:
-    """``budget``: the session's ``BudgetTracker`` (its steps are admitted and counted by it)."""
-    return {
-        "workflow_step_runner": BranchStepRunner(runner, budget, now_ms),
-        "workflow_logs": fleet_workflow_logs(settings),
-    }
+def fleet_workflow_services(runner: BranchRunner, settings: Settings) -> dict[str, Any]:
+    """``runner``: the session's (budgeted) runner; its steps are admitted and counted by it."""
+    return {"workflow_step_runner": BranchStepRunner(runner), "workflow_logs": fleet_workflow_logs(settings)}

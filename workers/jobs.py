@@ -43,6 +43,7 @@ from pydantic import ValidationError
 from config.settings import Settings
 from flows.sessions import SessionCore
 from flows.snapshot import json_safe
+from kernel.budget import metered
 from kernel.errors import Cancelled, InvalidArgument, Timeout, ToolError, Transport
 from kernel.result import ToolResult
 from kernel.state import Busy, Completed, StepKey
@@ -275,16 +276,26 @@ def _call(
     if isinstance(session, ToolError):
         return ToolResult.failure(env.tool, session)
     kernel = session.kernel
-    coro = (
-        kernel.invoke_host(env.tool, env.args)
-        if env.origin == "host_direct"
-        else kernel.invoke_agent(env.tool, env.args)
-    )
+    spent: dict[str, int] = {}
+    coro = _metered_call(kernel, env, spent)
     result = rt.drive(_supervise(coro, env, delivery, rt, deadline, step))
+    # What the call spent of this copy of the session's budget (nested calls included): the
+    # session holds the call while it runs here and is charged this when the result arrives (K-3).
+    result.metadata.setdefault("a3s_fleet", {})["spent"] = spent
     # The session's JSON-safe tool state after the call (e.g. the bash working directory): a direct
     # call run on a worker hands it back so the orchestrator's session keeps it (Session.tool).
     result.metadata.setdefault("a3s_fleet", {})["session_state"] = json_safe(kernel.session_state)
     return result
+
+
+async def _metered_call(kernel: Any, env: JobEnvelope, spent: dict[str, int]) -> ToolResult:
+    with metered() as meter:  # set inside the call's task: its nested calls' tasks inherit it
+        try:
+            if env.origin == "host_direct":
+                return await kernel.invoke_host(env.tool, env.args)
+            return await kernel.invoke_agent(env.tool, env.args)
+        finally:
+            spent.update(meter)
 
 
 async def _supervise(

@@ -78,7 +78,7 @@ def test_f1_a_publish_handing_back_late_leaves_no_run_state_and_no_open_client(
             result = session.tool("nap", {"ms": 1})
             assert result.exit_code == 0, result.output
             assert handed_back.wait(10)
-            runner = session.runner
+            runner = session.runner.remote
             deadline = time.monotonic() + 10
             while runner._background and time.monotonic() < deadline:  # the publish task has ended
                 time.sleep(0.01)

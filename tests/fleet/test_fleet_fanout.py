@@ -48,7 +48,7 @@ def test_f1_32_branch_fanout_on_workers_equals_the_embedded_run(
         embedded = agent.session(workspace).fan_out(branches, allow_partial_failure=True)
     with Agent(fleet.settings()) as agent:
         session = agent.session(workspace)
-        assert isinstance(session.runner, CeleryRunner)
+        assert isinstance(session.runner.remote, CeleryRunner)
         t0 = time.monotonic()
         fleet_run = session.fan_out(branches, allow_partial_failure=True, timeout_ms=60_000)
         elapsed = time.monotonic() - t0

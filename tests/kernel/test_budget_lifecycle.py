@@ -174,3 +174,42 @@ def test_k3_a_held_call_counts_for_every_check_but_not_in_usage_until_settled() 
     tracker.settle(held, {"tool_calls": 1, "output_bytes": 7})  # once
     assert tracker.usage()["tool_calls"] == 2 and tracker.usage()["output_bytes"] == 7
     assert tracker.reserved["tool_calls"] == 0
+
+
+def test_k3_a_refusal_counts_held_calls_as_made_and_metered_adds_up_one_calls_spend() -> None:
+    """K-3: a call refused while others are held (running on workers) reads as embedded — the held
+    calls are calls made, not ``task`` holds; ``metered`` counts what is charged in its context only
+    (what a worker reports back for one job), a held call once, when settled."""
+    import asyncio
+
+    from kernel.budget import Budget, BudgetTracker, metered
+    from kernel.errors import BudgetExhausted
+
+    tracker = BudgetTracker(Budget(max_tool_calls=3), 0, {"tool_calls": 1})
+    first, second = tracker.hold_call(0), tracker.hold_call(0)
+    with pytest.raises(BudgetExhausted) as refused:
+        tracker.hold_call(0)
+    assert refused.value.message == "Budget exhausted: tool_calls 3 of 3 used"
+    tracker.settle(first, {"tool_calls": 1})
+    tracker.settle(second, {"tool_calls": 0})  # the worker refused it: nothing spent
+    assert tracker.held_calls == 0 and tracker.reserved["tool_calls"] == 0 and tracker.tool_calls == 2
+
+    other = BudgetTracker(Budget(), 0)
+
+    async def job() -> dict[str, int]:
+        with metered() as meter:
+            other.check_before_call(0)
+
+            async def nested() -> None:
+                other.check_before_call(0)
+                other.charge_output(5)
+
+            await asyncio.gather(nested(), nested())
+            held = other.hold_call(0)
+            other.settle(held, {"tool_calls": 1, "output_bytes": 2})
+        return meter
+
+    other.check_before_call(0)  # outside: not this call's
+    meter = asyncio.run(job())
+    assert meter["tool_calls"] == 4 and meter["output_bytes"] == 12, meter
+    assert other.tool_calls == 5

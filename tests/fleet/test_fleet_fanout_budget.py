@@ -1,0 +1,124 @@
+"""A session's budget bounds its fan-out branches and direct calls on a fleet as it does embedded
+(SPEC K-3, F-1).
+
+Real Redis and a real prefork ``a3s-fleet worker``. Embedded, every ``session.fan_out`` branch and
+every direct call (``batch`` included, with its children) is a call on the session's own kernel:
+admitted by the session's budget, its output charged to it. On a fleet each is a job whose worker
+restores the session from a snapshot and counted only in that worker's copy: the session's count
+never moved, so a 4-call budget let any number of branches run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config.settings import Settings
+from kernel import Budget
+from kernel.options import SessionOptions
+from kernel.policy import PermissionPolicy
+from orchestrator import Agent
+from orchestrator.fanout import Branch
+
+from .conftest import EXTRA_TOOLS, FleetEnv, WorkerFactory
+
+pytestmark = pytest.mark.fleet
+
+BRANCHES = 6
+
+
+def _options(calls: int) -> SessionOptions:
+    return SessionOptions(
+        permission_policy=PermissionPolicy(allow=["*"]), budget=Budget(max_tool_calls=calls)
+    )
+
+
+def _kinds(run: Any) -> list[str]:
+    out = []
+    for outcome in run.outcomes:
+        result = outcome.result
+        out.append(
+            "ok" if result is not None and result.exit_code == 0 else (result.error_kind or {}).get("type")
+        )
+    return out
+
+
+def _scenario(session: Any) -> dict[str, Any]:
+    """Six ``ls`` branches on a 4-call budget, then one more fan-out and a direct call (nothing left)."""
+    branches = [Branch("ls", {"path": "."}, f"ls {i}") for i in range(BRANCHES)]
+    first = session.fan_out(branches, allow_partial_failure=True, timeout_ms=60_000)
+    used = dict(session.snapshot()["budget_used"])
+    second = session.fan_out(branches[:2], allow_partial_failure=True, timeout_ms=60_000)
+    direct = session.tool("ls", {"path": "."})
+    refused = next(o.result for o in first.outcomes if o.result is not None and o.result.exit_code != 0)
+    return {
+        "first": sorted(_kinds(first)),
+        "used": {k: used[k] for k in ("tool_calls", "output_bytes")},
+        "second": _kinds(second),
+        "direct": (direct.error_kind or {}).get("type"),
+        "after": {k: session.snapshot()["budget_used"][k] for k in ("tool_calls", "output_bytes")},
+        "refused_output": refused.output,
+        "refused_kind": sorted((refused.error_kind or {}).keys()),
+        "refused_type": refused.error_kind["type"],
+    }
+
+
+def _batch(session: Any) -> dict[str, Any]:
+    """``batch`` of five ``ls`` on a 4-call budget: the batch is one call, three children run."""
+    result = session.batch([{"tool": "ls", "args": {"path": "."}} for _ in range(5)])
+    used = session.snapshot()["budget_used"]
+    return {"exit": result.exit_code, "used": {k: used[k] for k in ("tool_calls", "output_bytes")}}
+
+
+def test_k3_f1_fleet_fanout_branches_are_admitted_and_counted_by_the_sessions_budget(
+    fleet: FleetEnv, spawn_worker: WorkerFactory, tmp_path: Path
+) -> None:
+    """K-3/F-1: six branches on a 4-call budget: four run, two are refused ``budget_exhausted`` (same
+    error shape), the session has spent what embedded spends (calls and output bytes), and a later
+    fan-out or direct call is refused without a job — on the fleet as embedded; a ``batch``'s
+    children are charged to the session too."""
+    (tmp_path / "a.txt").write_text("alpha\n")
+    spawn_worker(fleet, "fobudget", pool="prefork", concurrency=2)
+    with Agent() as agent:
+        embedded = _scenario(agent.session(str(tmp_path), _options(4)))
+        embedded_batch = _batch(agent.session(str(tmp_path), _options(4)))
+    with Agent(fleet.settings()) as agent:
+        remote = _scenario(agent.session(str(tmp_path), _options(4)))
+        remote_batch = _batch(agent.session(str(tmp_path), _options(4)))
+    assert embedded["first"] == ["budget_exhausted"] * 2 + ["ok"] * 4, embedded
+    assert embedded["used"]["tool_calls"] == 4 and embedded["after"]["tool_calls"] == 4, embedded
+    assert embedded["second"] == ["budget_exhausted"] * 2 and embedded["direct"] == "budget_exhausted"
+    assert remote == embedded
+    assert embedded_batch["used"]["tool_calls"] == 4, embedded_batch
+    assert remote_batch == embedded_batch
+
+
+def _cancelled(session: Any) -> dict[str, Any]:
+    """Two slow branches cut by the fan-out's deadline on a 3-call budget, then one more call."""
+    naps = [Branch("nap", {"ms": 20_000}, f"nap {i}") for i in range(2)]
+    run = session.fan_out(naps, allow_partial_failure=True, timeout_ms=1_500)
+    budget = session.kernel.budget
+    held = (budget.reserved["tool_calls"], budget.held_calls)
+    after = session.tool("ls", {"path": "."})
+    return {
+        "ran": [o.result is not None and o.result.exit_code == 0 for o in run.outcomes],
+        "held": held,
+        "after": after.exit_code,
+        "calls": session.snapshot()["budget_used"]["tool_calls"],
+    }
+
+
+def test_k3_f1_a_cancelled_fleet_branch_releases_its_hold_and_counts_as_one_call(
+    fleet: FleetEnv, spawn_worker: WorkerFactory, tmp_path: Path
+) -> None:
+    """K-3/F-1: branches cancelled by the fan-out's deadline hold nothing afterwards and count one
+    call each (the job may have run), as embedded: the one call left still runs."""
+    spawn_worker(fleet, "focancel", pool="threads", concurrency=2)
+    with Agent(Settings(extra_tools=EXTRA_TOOLS)) as agent:
+        embedded = _cancelled(agent.session(str(tmp_path), _options(3)))
+    with Agent(fleet.settings()) as agent:
+        remote = _cancelled(agent.session(str(tmp_path), _options(3)))
+    assert embedded == {"ran": [False, False], "held": (0, 0), "after": 0, "calls": 3}, embedded
+    assert remote == embedded
