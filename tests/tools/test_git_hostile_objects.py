@@ -20,16 +20,9 @@ from typing import Any
 
 import pytest
 
+from tests.tools.git_cli import git as _git
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-GIT_ENV = {
-    **os.environ,
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.invalid",
-}
 CALLS: list[tuple[str, dict[str, Any]]] = [
     ("ls", {"path": "dir"}),
     ("read", {"file_path": "dir/a.txt"}),
@@ -49,11 +42,6 @@ with Agent() as agent:
         out.append({"exit_code": r.exit_code, "output": r.output, "error_kind": r.error_kind})
     print(json.dumps(out))
 """
-
-
-def _git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=repo, env=GIT_ENV, check=True, capture_output=True, text=True)
-    return done.stdout.strip()
 
 
 def _repo(tmp_path: Path) -> Path:

@@ -9,8 +9,6 @@ reports its changed files from the mtime snapshot instead of git status.
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,20 +16,7 @@ import pytest
 from kernel.errors import Unsupported
 from kernel.workspace_names import open_workspace
 from orchestrator import Agent
-
-GIT_ENV = {
-    **os.environ,
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.invalid",
-}
-
-
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=repo, env=GIT_ENV, check=True, capture_output=True)
+from tests.tools.git_cli import git as _git
 
 
 @pytest.fixture()

@@ -22,17 +22,9 @@ from pathlib import Path
 from kernel.gittree import SMALL_BLOB_BYTES
 from kernel.workspace import MAX_READ_BYTES
 from orchestrator import Agent
+from tests.tools.git_cli import git as _git
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-GIT_ENV = {
-    **os.environ,
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.invalid",
-}
 PROBE = """
 import json, resource, sys
 from kernel.gittree import SMALL_BLOB_BYTES
@@ -49,10 +41,6 @@ with Agent() as agent:
     batch = s.tool("batch", {"invocations": reads})
     print(json.dumps({"growth_mib": mib() - base, "one": one.output, "batch": batch.exit_code}))
 """
-
-
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=repo, env=GIT_ENV, check=True, capture_output=True)
 
 
 def _commit(repo: Path, name: str, data: bytes) -> None:

@@ -24,21 +24,14 @@ from kernel.gittree import GitTreeWorkspace
 from kernel.objectstore import ObjectStoreWorkspace
 from kernel.workspace import MAX_READ_BYTES, LocalWorkspace
 from orchestrator import Agent
+from tests.tools.git_cli import GIT_ENV
+from tests.tools.git_cli import git as _git
 from tools import read
 
 MIB = 1024 * 1024
 BIG = 300 * MIB  # over the 256 MiB scan cap, so the cap's answers are compared too
 HEAD = b"".join(b"line %d\n" % i for i in range(1, 1001))
 REPO_ROOT = Path(__file__).resolve().parents[2]
-GIT_ENV = {
-    **os.environ,
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.invalid",
-}
 SMALL = {
     "small.txt": b"hello\nworld\n",
     "crlf.txt": b"one\r\ntwo\r\nthree",
@@ -47,10 +40,6 @@ SMALL = {
     "many.txt": b"".join(b"row %d\n" % i for i in range(4000)),
     "dir/nested.txt": b"nested\n",
 }
-
-
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=repo, env=GIT_ENV, check=True, capture_output=True)
 
 
 def _sparse(path: Path) -> None:

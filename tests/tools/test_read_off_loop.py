@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -22,24 +21,12 @@ import pytest
 from kernel.gittree import SMALL_BLOB_BYTES, GitTreeWorkspace
 from kernel.testing import make_context
 from kernel.workspace import MAX_READ_BYTES, LocalWorkspace
+from tests.tools.git_cli import git as _git
 from tools import read
 
 HEAD = b"".join(b"line %d\n" % i for i in range(1, 101))
 TICK_S = 0.01
 MAX_GAP_S = 0.1
-GIT_ENV = {
-    **os.environ,
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.invalid",
-}
-
-
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=repo, env=GIT_ENV, check=True, capture_output=True)
 
 
 @pytest.fixture(scope="module")
