@@ -60,11 +60,13 @@ def _loose(repo: Path, rev: str) -> Path:
     return repo / ".git" / "objects" / oid[:2] / oid[2:]
 
 
-def _probe(repo: Path) -> list[dict[str, Any]]:
+def _run_probe(source: str, target: str, calls: list[Any], frozen: str) -> Any:
+    """``source`` in a fresh process on ``target`` with ``calls``; its last stdout line as JSON. A
+    hard timeout turns a frozen host process into a failure (``frozen`` says what froze it)."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     try:
         done = subprocess.run(
-            [sys.executable, "-c", PROBE, f"git:{repo}@HEAD", json.dumps(CALLS)],
+            [sys.executable, "-c", source, target, json.dumps(calls)],
             env=env,
             capture_output=True,
             text=True,
@@ -72,9 +74,16 @@ def _probe(repo: Path) -> list[dict[str, Any]]:
             check=False,
         )
     except subprocess.TimeoutExpired:
-        pytest.fail("the host process froze on a tampered object database (no deadline reached it)")
+        pytest.fail(f"the host process froze {frozen}")
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _probe(repo: Path) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = _run_probe(
+        PROBE, f"git:{repo}@HEAD", CALLS, "on a tampered object database (no deadline reached it)"
+    )
+    return result
 
 
 def _plant_fifo(path: Path) -> None:
@@ -150,20 +159,7 @@ def test_k8_b1_the_git_tool_refuses_an_object_database_with_a_fifo_instead_of_fr
     _plant_fifo(obj)
     name = f"{obj.parent.name}/{obj.name}"
     target = str(repo) if workspace == "local" else f"git:{repo}@HEAD"
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", GIT_PROBE, target, json.dumps(GIT_CALLS)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=90,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail("the host process froze on a FIFO in .git/objects (no deadline reached it)")
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
+    results = _run_probe(GIT_PROBE, target, GIT_CALLS, "on a FIFO in .git/objects (no deadline reached it)")
     for args, res in zip(GIT_CALLS, results, strict=True):
         assert res["exit_code"] == 1, (args, res)
         assert res["error_kind"]["type"] == "invalid_argument", (args, res)
@@ -195,20 +191,9 @@ def test_k8_b2_a_bash_command_planting_a_fifo_in_git_objects_does_not_freeze_the
     plant = (
         't=$(git rev-parse "HEAD^{tree}"); p=.git/objects/${t:0:2}/${t:2}; rm -f $p; mkfifo $p; echo planted'
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", BASH_PROBE, str(repo), json.dumps([plant, "echo next"])],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=90,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail("the host process froze after a bash command planted a FIFO in .git/objects")
-    assert done.returncode == 0, done.stderr[-3000:]
-    first, second = json.loads(done.stdout.strip().splitlines()[-1])
+    first, second = _run_probe(
+        BASH_PROBE, str(repo), [plant, "echo next"], "after a bash command planted a FIFO in .git/objects"
+    )
     assert first["exit_code"] == 0 and "planted" in first["output"], first
     assert first["changed"] is None, first  # unknown, not a freeze
     assert second["exit_code"] == 0 and "next" in second["output"], second
