@@ -43,6 +43,9 @@ class Branch:
     # label (the step id); plain fan-out branches use ``<run_id>:<index>`` for both.
     key: str | None = None
     label: str | None = None
+    # Set by the session's budget on a branch it sends to a worker: all the call may spend there
+    # (``kernel.budget.Allotment.to_json``).
+    allotment: dict[str, int | None] | None = None
 
 
 @dataclass

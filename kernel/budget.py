@@ -20,7 +20,11 @@ children's spend when it resumes.
 A call that runs elsewhere (a fleet job) is held by the session (``hold_call``) and settled with
 what it spent there: the worker runs it under ``metered()``, which adds up everything charged in
 that call's context — its nested calls and their tasks included, but not a concurrent job's on the
-same cached session — and sends that back with the result.
+same cached session — and sends that back with the result. The hold comes with an ``Allotment``,
+all the call may spend there: the call itself, or — for a tool that ``delegates`` (nested calls,
+child runs, model requests) — also what is left of the session's budget, held for it alone. The
+worker's copy of the budget (a snapshot that knows nothing of other calls in flight) admits
+nothing past it, so two such calls in flight never both spend the same remainder.
 """
 
 from __future__ import annotations
@@ -43,16 +47,65 @@ _METER: contextvars.ContextVar[dict[str, int] | None] = contextvars.ContextVar(
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Allotment:
+    """All that one call run elsewhere may spend, nested calls and child runs included (None: no
+    limit of its own). ``tool_calls`` counts the call itself."""
+
+    tool_calls: int | None = None
+    output_bytes: int | None = None
+    model_tokens: int | None = None
+
+    def to_json(self) -> dict[str, int | None]:
+        return {
+            "tool_calls": self.tool_calls,
+            "output_bytes": self.output_bytes,
+            "model_tokens": self.model_tokens,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Allotment:
+        def bound(key: str) -> int | None:
+            value = d.get(key)
+            return max(0, value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+        return cls(bound("tool_calls"), bound("output_bytes"), bound("model_tokens"))
+
+
+# The running call's allotment and its meter (``metered(allotment)``); None: no allotment.
+_ALLOTTED: contextvars.ContextVar[tuple[dict[str, int], Allotment] | None] = contextvars.ContextVar(
+    "a3s_budget_allotted", default=None
+)
+
+
 @contextlib.contextmanager
-def metered() -> Iterator[dict[str, int]]:
+def metered(allotment: Allotment | None = None) -> Iterator[dict[str, int]]:
     """Count what every tracker charges in this context (tasks started in it included) into the
-    yielded usage mapping: what one call run elsewhere spent, reported back to its session."""
+    yielded usage mapping: what one call run elsewhere spent, reported back to its session. With an
+    ``allotment``, every tracker also refuses what would take this context past it."""
     meter = dict.fromkeys(USAGE_KEYS, 0)
     token = _METER.set(meter)
+    allotted = _ALLOTTED.set((meter, allotment) if allotment is not None else None)
     try:
         yield meter
     finally:
+        _ALLOTTED.reset(allotted)
         _METER.reset(token)
+
+
+def _allotment_left(resource: str) -> int | None:
+    """What the running call's allotment still allows of ``resource`` (None: no allotment)."""
+    allotted = _ALLOTTED.get()
+    if allotted is None:
+        return None
+    meter, allotment = allotted
+    limit: int | None = getattr(allotment, resource)
+    if limit is None:
+        return None
+    spent = (
+        meter["prompt_tokens"] + meter["completion_tokens"] if resource == "model_tokens" else meter[resource]
+    )
+    return limit - spent
 
 
 def _metering(key: str, amount: int) -> None:
@@ -96,6 +149,7 @@ class Reservation:
     per_run: dict[str, int | None]
     settled: bool = False
     call: bool = False  # a held call (``hold_call``), not a delegation
+    allotment: Allotment | None = None  # a held call's: all it may spend where it runs
 
     def share(self, resource: str) -> int | None:
         return self.per_run.get(resource)
@@ -165,6 +219,18 @@ class BudgetTracker:
                         resource=resource,
                         reason=f"{resource} limit {limit} reached",
                         consumed=total,
+                        limit=limit,
+                    )
+                left = _allotment_left(resource) if resource != "wall_time_ms" else None
+                if left is not None and (left < 1 if resource == "tool_calls" else left <= 0):
+                    # Run elsewhere: the session holds the rest of its budget for its other calls.
+                    used = consumed if resource != "tool_calls" else consumed - 1
+                    raise BudgetExhausted(
+                        f"Budget exhausted: {resource} {used} of {limit} used"
+                        + _held_elsewhere(limit - used),
+                        resource=resource,
+                        reason=f"{resource} limit {limit} reached",
+                        consumed=limit,
                         limit=limit,
                     )
             self.tool_calls += 1
@@ -243,6 +309,9 @@ class BudgetTracker:
                     continue
                 held = self.reserved[resource]
                 left = limit - spent[resource] - held
+                allotted = _allotment_left(resource)
+                if allotted is not None and allotted < left:  # run elsewhere: what its session allotted
+                    held, left = limit - spent[resource] - allotted, allotted
                 if left < n:
                     raise BudgetExhausted(
                         f"Budget exhausted: {resource} {spent[resource]} of {limit} used{_held(held)}:"
@@ -257,18 +326,47 @@ class BudgetTracker:
                 self.reserved[resource] += (share or 0) * n
             return Reservation(n, per)
 
-    def hold_call(self, now_ms: int) -> Reservation:
+    def hold_call(self, now_ms: int, *, delegates: bool = False) -> Reservation:
         """Admit one call that runs elsewhere (a workflow step as a fleet job) as ``check_before_call``
         does, but *hold* it instead of counting it: ``settle`` charges it with what it spent. A
         snapshot taken meanwhile (the one its worker starts from) does not count it, while every
-        check here — a concurrent step's included — does."""
+        check here — a concurrent step's included — does.
+
+        The reservation's ``allotment`` is all the call may spend there, for each limited resource:
+        the call alone (no nested call, no model request), or, when the tool ``delegates``, also all
+        that is left — held until it settles, so a concurrent call finds it held and is refused,
+        as a second concurrent ``task`` call is embedded."""
         with _unmetered():
             self.check_before_call(now_ms)
+        b = self.budget
+        limits = {
+            "tool_calls": b.max_tool_calls,
+            "output_bytes": b.max_output_bytes,
+            "model_tokens": b.max_model_tokens,
+        }
         with self._lock:
             self.tool_calls -= 1
             self.reserved["tool_calls"] += 1
             self.held_calls += 1
-        return Reservation(1, {"tool_calls": 1}, call=True)
+            per: dict[str, int | None] = {"tool_calls": 1}
+            if delegates:
+                spent = {
+                    "tool_calls": self.tool_calls,
+                    "output_bytes": self.output_bytes,
+                    "model_tokens": self.prompt_tokens + self.completion_tokens,
+                }
+                for resource, limit in limits.items():
+                    if limit is not None:
+                        left = max(0, limit - spent[resource] - self.reserved[resource])
+                        self.reserved[resource] += left
+                        per[resource] = (per.get(resource) or 0) + left
+            allotment = Allotment(
+                tool_calls=per["tool_calls"] if limits["tool_calls"] is not None else None,
+                output_bytes=per.get("output_bytes") if delegates else None,
+                # The call alone asks no model: a limited budget allots it no tokens.
+                model_tokens=(per.get("model_tokens") or 0) if limits["model_tokens"] is not None else None,
+            )
+        return Reservation(1, per, call=True, allotment=allotment)
 
     def settle(self, reservation: Reservation, spent: Mapping[str, Any]) -> None:
         """End ``reservation``: release what it held and charge what its runs ``spent`` (a usage
@@ -294,6 +392,11 @@ class BudgetTracker:
             )
             for resource, consumed, limit in levels:
                 reserved = self.reserved.get(resource, 0)
+                allotted = _allotment_left(resource) if resource == "model_tokens" else None
+                if limit is not None and allotted is not None and allotted < limit - consumed - reserved:
+                    reserved = (
+                        limit - consumed - allotted
+                    )  # run elsewhere: held for the session's other calls
                 if limit is not None and consumed + reserved >= limit:
                     raise BudgetExhausted(
                         f"Budget exhausted: {resource} {consumed} of {limit} used" + _held(reserved),
@@ -325,3 +428,7 @@ def _unmetered() -> Iterator[None]:
 
 def _held(reserved: int) -> str:
     return f", {reserved} held by running task calls" if reserved else ""
+
+
+def _held_elsewhere(held: int) -> str:
+    return f", {held} held by the session's other calls" if held > 0 else ""

@@ -62,7 +62,8 @@ class ToolSpec:
     line, matched per command it runs (``kernel.shell_commands``); ``"value"`` — as given (the host
     for web tools, the mode for ``search``). Several strings: every one must pass.
     ``orchestrator`` tools (``batch``, ``program``, workflows) make nested calls; only when they are
-    also ``builtin`` can their children inherit host-direct trust.
+    also ``builtin`` can their children inherit host-direct trust. ``spends_beyond_call`` says whether
+    one call may spend more of the budget than itself (an ``orchestrator`` tool, or ``delegates``).
     """
 
     name: str
@@ -74,6 +75,9 @@ class ToolSpec:
     requires: frozenset[str] = frozenset()
     visible: bool = True
     orchestrator: bool = False
+    # Spends more of the session's budget than the call itself besides nested calls (which every
+    # ``orchestrator`` tool makes): child runs (``task``), model requests (``generate_object``).
+    delegates: bool = False
     timeout_ms: int | None = None
     requires_confirmation: Callable[[Any], bool] = _never
     subject: SubjectFn = _no_subject
@@ -105,6 +109,10 @@ class ToolSpec:
             # — and so CLI start-up — no longer generates every built-in's schema (issue 13 item 7).
             _ = self.json_schema
             _ = self._validator
+
+    @property
+    def spends_beyond_call(self) -> bool:
+        return self.orchestrator or self.delegates
 
     @cached_property
     def json_schema(self) -> dict[str, Any]:

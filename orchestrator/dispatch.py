@@ -316,6 +316,7 @@ class CeleryRunner:
             description=branch.description,
             idempotency_key=(branch.key or f"{run.run_id}:{index}") if self.idempotent else None,
             origin=self.origin,
+            allotment=branch.allotment,
         ).model_dump(mode="json", exclude_none=True)  # no "snapshot": null on the wire
         # A workflow step is named by its step id (and keeps its index); a branch by its index.
         slot: int | str = branch.label or index

@@ -11,11 +11,18 @@ when it ends: with what the worker reports the call spent (``a3s_fleet.spent``: 
 bytes, its nested calls', a ``task``'s children's), or, lacking a report, the call and its output
 bytes. A branch that never returns (cancelled, worker lost, transport failure) releases its hold and
 is charged the one call: the job may have run.
+
+The worker's copy of the budget knows nothing of the session's other calls in flight, so each job
+also carries its ``Allotment`` (``BudgetTracker.hold_call``): the call alone, or for a tool that
+``delegates`` — makes nested calls (``batch``, ``program``, ``dynamic_workflow``), runs children
+(``task``) or asks a model (``generate_object``) — all that is left, held for it. Before, two
+``batch`` branches in flight could each spend the whole remainder on their children.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from flows.fanout import Branch, BranchRunner
@@ -28,14 +35,21 @@ from kernel.result import ToolResult
 class BudgetedRunner:
     """``BranchRunner`` that admits each branch on the session's budget before ``remote`` runs it."""
 
-    def __init__(self, budget: BudgetTracker, now_ms: Callable[[], int], remote: BranchRunner) -> None:
+    def __init__(
+        self,
+        budget: BudgetTracker,
+        now_ms: Callable[[], int],
+        remote: BranchRunner,
+        delegates: Callable[[str], bool] = lambda tool: False,
+    ) -> None:
         self.budget = budget
         self.now_ms = now_ms
         self.remote = remote
+        self.delegates = delegates
 
     async def run_branch(self, run_id: str, index: int, branch: Branch) -> ToolResult:
         try:
-            held = self.budget.hold_call(self.now_ms())
+            held = self.budget.hold_call(self.now_ms(), delegates=self.delegates(branch.tool))
         except BudgetExhausted as err:
             refused = ToolResult.failure(branch.tool, err)
             # Embedded, a refused call's output (the error) is charged like any other output.
@@ -43,7 +57,8 @@ class BudgetedRunner:
             return refused
         result: ToolResult | None = None
         try:
-            result = await self.remote.run_branch(run_id, index, branch)
+            allotment = held.allotment.to_json() if held.allotment is not None else None
+            result = await self.remote.run_branch(run_id, index, replace(branch, allotment=allotment))
             return result
         finally:
             self.budget.settle(held, branch_spend(result))

@@ -43,7 +43,7 @@ from pydantic import ValidationError
 from config.settings import Settings
 from flows.sessions import SessionCore
 from flows.snapshot import json_safe
-from kernel.budget import metered
+from kernel.budget import Allotment, metered
 from kernel.errors import Cancelled, InvalidArgument, Timeout, ToolError, Transport
 from kernel.result import ToolResult
 from kernel.state import Busy, Completed, StepKey
@@ -289,7 +289,8 @@ def _call(
 
 
 async def _metered_call(kernel: Any, env: JobEnvelope, spent: dict[str, int]) -> ToolResult:
-    with metered() as meter:  # set inside the call's task: its nested calls' tasks inherit it
+    allotment = Allotment.from_json(env.allotment) if env.allotment is not None else None
+    with metered(allotment) as meter:  # set inside the call's task: its nested calls' tasks inherit it
         try:
             if env.origin == "host_direct":
                 return await kernel.invoke_host(env.tool, env.args)

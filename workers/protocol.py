@@ -71,6 +71,9 @@ class JobEnvelope(BaseModel):
     description: str = Field(default="", max_length=MAX_DESCRIPTION_CHARS)
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=300)
     origin: Origin = "host_direct"
+    # All the call may spend of its session's budget here (``kernel.budget.Allotment``); the
+    # session holds it. None: an older orchestrator, no allotment of its own.
+    allotment: dict[str, int | None] | None = None
 
     @model_validator(mode="after")
     def _names_a_snapshot(self) -> JobEnvelope:

@@ -123,6 +123,7 @@ def _capabilities(_params: Params) -> ToolCapabilities:
 def generate_object_tool() -> ToolSpec:
     return ToolSpec(
         name="generate_object",
+        delegates=True,
         description=DESCRIPTION,
         params=Params,
         run=run,

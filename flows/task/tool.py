@@ -177,6 +177,7 @@ async def run_parallel_task(ctx: ToolContext, params: ParallelTaskParams) -> Too
 
 TASK_TOOL = ToolSpec(
     name="task",
+    delegates=True,
     description=DESCRIPTION,
     params=TaskParams,
     run=run_task,
@@ -203,6 +204,7 @@ TASK_TOOL = ToolSpec(
 
 PARALLEL_TASK_TOOL = ToolSpec(
     name="parallel_task",
+    delegates=True,
     description="Legacy alias of task for 2-32 foreground children (hidden; kept so persisted calls stay readable).",
     params=ParallelTaskParams,
     run=run_parallel_task,

@@ -122,3 +122,34 @@ def test_k3_f1_a_cancelled_fleet_branch_releases_its_hold_and_counts_as_one_call
         remote = _cancelled(agent.session(str(tmp_path), _options(3)))
     assert embedded == {"ran": [False, False], "held": (0, 0), "after": 0, "calls": 3}, embedded
     assert remote == embedded
+
+
+def _two_batches(session: Any) -> dict[str, Any]:
+    """Two ``batch`` branches in flight at once on a 6-call budget, each a 1 s nap then five ``ls``."""
+    calls = [{"tool": "nap", "args": {"ms": 1_000}}] + [{"tool": "ls", "args": {"path": "."}}] * 5
+    batch = Branch("batch", {"invocations": calls}, "batch")
+    run = session.fan_out([batch, batch], allow_partial_failure=True, timeout_ms=60_000)
+    ran = [o.result.metadata for o in run.outcomes if o.result is not None and o.result.exit_code == 0]
+    return {
+        "branches": sorted(_kinds(run)),
+        "children_ran": sum(meta["success_count"] for meta in ran),
+        "used": session.snapshot()["budget_used"]["tool_calls"],
+        "held": (session.kernel.budget.reserved, session.kernel.budget.held_calls),
+    }
+
+
+def test_k3_f1_two_fleet_batches_in_flight_never_spend_the_same_remainder(
+    fleet: FleetEnv, spawn_worker: WorkerFactory, tmp_path: Path
+) -> None:
+    """K-3/F-1: a worker's copy of the budget knows nothing of the session's other calls in flight, so
+    each of two ``batch`` branches on two worker processes let its children spend the whole
+    remainder: a 6-call budget ran 12 calls. Now the first holds what is left (its allotment, all its
+    worker may spend), the second is refused ``budget_exhausted`` as a second concurrent ``task`` is
+    embedded, and the session has spent exactly its limit; nothing stays held."""
+    spawn_worker(fleet, "fobatches", pool="prefork", concurrency=2)
+    with Agent(fleet.settings()) as agent:
+        remote = _two_batches(agent.session(str(tmp_path), _options(6)))
+    assert remote["used"] == 6, remote
+    assert remote["branches"] == ["budget_exhausted", "ok"], remote
+    assert remote["children_ran"] == 5, remote  # the nap and four ls: 1 + 5 = 6 calls
+    assert remote["held"] == ({"tool_calls": 0, "output_bytes": 0, "model_tokens": 0}, 0), remote

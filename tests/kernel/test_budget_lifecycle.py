@@ -213,3 +213,54 @@ def test_k3_a_refusal_counts_held_calls_as_made_and_metered_adds_up_one_calls_sp
     meter = asyncio.run(job())
     assert meter["tool_calls"] == 4 and meter["output_bytes"] == 12, meter
     assert other.tool_calls == 5
+
+
+def test_k3_a_delegating_call_held_for_a_worker_gets_what_is_left_and_its_worker_spends_no_more() -> None:
+    """K-3: a call sent to a worker is held with an allotment — the call alone (no nested call, no
+    model request), or for a tool that delegates (``batch``, ``task``…) everything left, held, so a
+    concurrent call is refused. Under ``metered(allotment)`` the worker's copy of the budget (which
+    knows nothing of the session's other calls) refuses nested calls, shares and model requests past
+    it, with embedded's message."""
+    from kernel.budget import Allotment, Budget, BudgetTracker, metered
+    from kernel.errors import BudgetExhausted
+
+    session = BudgetTracker(Budget(max_tool_calls=6, max_model_tokens=50), 0, {"tool_calls": 1})
+    plain = session.hold_call(0)
+    assert plain.allotment == Allotment(tool_calls=1, output_bytes=None, model_tokens=0)
+    batch = session.hold_call(0, delegates=True)
+    assert batch.allotment == Allotment(tool_calls=4, output_bytes=None, model_tokens=50)
+    with pytest.raises(BudgetExhausted):
+        session.hold_call(0, delegates=True)  # all that is left is held
+    session.settle(plain, {"tool_calls": 1})
+    session.settle(batch, {"tool_calls": 2})
+    assert session.reserved == {"tool_calls": 0, "output_bytes": 0, "model_tokens": 0}
+    assert session.tool_calls == 4 and session.held_calls == 0
+
+    def copy() -> BudgetTracker:  # a worker's: from the snapshot taken before either hold (1 call used)
+        return BudgetTracker(Budget(max_tool_calls=6, max_model_tokens=50), 0, {"tool_calls": 1})
+
+    worker = copy()
+    assert batch.allotment is not None
+    with metered(Allotment.from_json(batch.allotment.to_json())) as meter:
+        worker.check_before_call(0)  # the batch itself
+        for _ in range(3):
+            worker.check_before_call(0)  # three children: its allotment of 4 is spent
+        with pytest.raises(BudgetExhausted) as refused:
+            worker.check_before_call(0)
+        assert (
+            refused.value.message
+            == "Budget exhausted: tool_calls 5 of 6 used, 1 held by the session's other calls"
+        )
+    assert meter["tool_calls"] == 4
+    worker = copy()
+    with metered(Allotment(tool_calls=3, model_tokens=20)):
+        worker.check_before_call(0)  # a `task` call: its children's shares come out of 2 calls
+        assert worker.reserve(2).per_run == {"tool_calls": 1, "output_bytes": None, "model_tokens": 10}
+    worker = copy()
+    with metered(Allotment(tool_calls=1, model_tokens=0)):
+        with pytest.raises(BudgetExhausted):
+            worker.check_before_model(0)  # a plain call asks no model
+        worker.check_before_call(0)
+        with pytest.raises(BudgetExhausted):
+            worker.check_before_call(0)  # nor makes a nested call
+    worker.check_before_call(0)  # outside any allotment: the copy's own limit
