@@ -33,7 +33,7 @@ import contextlib
 import contextvars
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kernel.errors import BudgetExhausted
@@ -150,6 +150,7 @@ class Reservation:
     settled: bool = False
     call: bool = False  # a held call (``hold_call``), not a delegation
     allotment: Allotment | None = None  # a held call's: all it may spend where it runs
+    crossed: list[Threshold] = field(default_factory=list)  # soft thresholds its hold crossed
 
     def share(self, resource: str) -> int | None:
         return self.per_run.get(resource)
@@ -167,6 +168,16 @@ class Threshold:
     consumed: int
     limit: int
     message: str
+
+    def event_data(self) -> dict[str, Any]:
+        """A ``budget_threshold`` event's data."""
+        return {
+            "kind": self.kind,
+            "resource": self.resource,
+            "consumed": self.consumed,
+            "limit": self.limit,
+            "message": self.message,
+        }
 
 
 class BudgetTracker:
@@ -233,12 +244,22 @@ class BudgetTracker:
                         consumed=limit,
                         limit=limit,
                     )
+            allotted = _ALLOTTED.get()
+            if allotted is not None and allotted[0]["tool_calls"] == 0:
+                # The call a worker runs for a session: the session checked it and emitted its
+                # thresholds when it held it; this copy's count knows nothing of the session's
+                # other calls. Its nested calls are reported as usual.
+                self.tool_calls += 1
+                _metering("tool_calls", 1)
+                return []
             self.tool_calls += 1
             _metering("tool_calls", 1)
             crossed: list[Threshold] = []
             for resource, consumed, limit in levels:
                 if limit is None or resource in self._soft_sent:
                     continue
+                if resource == "tool_calls":
+                    consumed += self.held_calls  # calls running elsewhere are calls made
                 if consumed >= limit * b.soft_ratio:
                     self._soft_sent.add(resource)
                     crossed.append(
@@ -337,7 +358,7 @@ class BudgetTracker:
         that is left — held until it settles, so a concurrent call finds it held and is refused,
         as a second concurrent ``task`` call is embedded."""
         with _unmetered():
-            self.check_before_call(now_ms)
+            crossed = self.check_before_call(now_ms)
         b = self.budget
         limits = {
             "tool_calls": b.max_tool_calls,
@@ -366,7 +387,7 @@ class BudgetTracker:
                 # The call alone asks no model: a limited budget allots it no tokens.
                 model_tokens=(per.get("model_tokens") or 0) if limits["model_tokens"] is not None else None,
             )
-        return Reservation(1, per, call=True, allotment=allotment)
+        return Reservation(1, per, call=True, allotment=allotment, crossed=crossed)
 
     def settle(self, reservation: Reservation, spent: Mapping[str, Any]) -> None:
         """End ``reservation``: release what it held and charge what its runs ``spent`` (a usage

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from kernel.artifacts import ArtifactStore
-from kernel.budget import Budget, BudgetTracker
+from kernel.budget import Budget, BudgetTracker, Reservation
 from kernel.call_args import MAX_ARGS_DEPTH, check_depth, depth_within, event_args
 from kernel.capabilities import ToolCapabilities
 from kernel.clock import Clock, IdFactory
@@ -264,6 +264,37 @@ class Kernel:
                 inv, spec, ToolResult.failure(name, err), Lifecycle(), _terminal_for(err), label, t0
             )
 
+    def hold_remote(self, name: str, args: Any) -> Reservation | ToolResult:
+        """The budget stage of a call that executes elsewhere (a fleet job): held on this session's
+        budget (``BudgetTracker.hold_call``; a tool that ``spends_beyond_call`` is allotted what is
+        left), with the ``budget_threshold`` events an embedded call emits; a refused call is
+        released here as embedded releases it (``tool_start``, ``budget_threshold``, ``tool_error``,
+        ``tool_end``; its output charged) and returned."""
+        inv = Invocation(
+            name, args, Origin.HOST_DIRECT, ControlPlane.TRUSTED, self.ids("call"), self.registry.scoped()
+        )
+        label = event_label(inv.origin, inv.plane)
+        spec = self.registry.get(name)
+        try:
+            held = self.budget.hold_call(
+                self.clock.now_ms(), delegates=spec is not None and spec.spends_beyond_call
+            )
+        except BudgetExhausted as err:
+            self._emit("tool_start", inv, label, {"args": event_args(spec, args), "depth": 0})
+            self._emit("budget_threshold", inv, label, {"kind": "hard", **err.data, "message": err.message})
+            return self._release(
+                inv,
+                spec,
+                ToolResult.failure(name, err),
+                Lifecycle(),
+                _terminal_for(err),
+                label,
+                self.clock.monotonic(),
+            )
+        for th in held.crossed:
+            self._emit("budget_threshold", inv, label, th.event_data())
+        return held
+
     async def post_remote(self, name: str, args: Any, result: ToolResult) -> ToolResult:
         """Post-tool hooks for a call that executed elsewhere; a replacement is sanitised and projected here."""
         replaced = False
@@ -434,18 +465,7 @@ class Kernel:
             self._emit("budget_threshold", inv, label, {"kind": "hard", **err.data, "message": err.message})
             raise
         for th in crossed:
-            self._emit(
-                "budget_threshold",
-                inv,
-                label,
-                {
-                    "kind": th.kind,
-                    "resource": th.resource,
-                    "consumed": th.consumed,
-                    "limit": th.limit,
-                    "message": th.message,
-                },
-            )
+            self._emit("budget_threshold", inv, label, th.event_data())
 
     async def _run(
         self, inv: Invocation, spec: ToolSpec, params: Any, lc: Lifecycle, label: str

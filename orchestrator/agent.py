@@ -149,13 +149,7 @@ class Agent:
 
             jobs = CeleryRunner(self.fleet_app(), session.snapshot, self.settings, session_id=session.id)
             # The session's budget admits and counts every branch here, not the workers' copies (K-3).
-            registry = core.kernel.registry
-
-            def delegates(tool: str) -> bool:
-                spec = registry.get(tool)
-                return spec is not None and spec.spends_beyond_call
-
-            remote = BudgetedRunner(core.kernel.budget, core.kernel.clock.now_ms, jobs, delegates)
+            remote = BudgetedRunner(core.kernel, jobs)
             # Host hooks are code, not snapshot data: they run here around each remote branch (before
             # the budget, as the kernel orders them).
             options = core.kernel.options

@@ -21,47 +21,35 @@ also carries its ``Allotment`` (``BudgetTracker.hold_call``): the call alone, or
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from flows.fanout import Branch, BranchRunner
 from flows.task.settle import known_spend, reported_usage, total
-from kernel.budget import USAGE_KEYS, BudgetTracker
-from kernel.errors import BudgetExhausted
+from kernel.budget import USAGE_KEYS
+from kernel.kernel import Kernel
 from kernel.result import ToolResult
 
 
 class BudgetedRunner:
     """``BranchRunner`` that admits each branch on the session's budget before ``remote`` runs it."""
 
-    def __init__(
-        self,
-        budget: BudgetTracker,
-        now_ms: Callable[[], int],
-        remote: BranchRunner,
-        delegates: Callable[[str], bool] = lambda tool: False,
-    ) -> None:
-        self.budget = budget
-        self.now_ms = now_ms
+    def __init__(self, kernel: Kernel, remote: BranchRunner) -> None:
+        self.kernel = kernel
         self.remote = remote
-        self.delegates = delegates
 
     async def run_branch(self, run_id: str, index: int, branch: Branch) -> ToolResult:
-        try:
-            held = self.budget.hold_call(self.now_ms(), delegates=self.delegates(branch.tool))
-        except BudgetExhausted as err:
-            refused = ToolResult.failure(branch.tool, err)
-            # Embedded, a refused call's output (the error) is charged like any other output.
-            self.budget.charge_output(len(refused.output.encode("utf-8", "surrogatepass")))
-            return refused
+        held = self.kernel.hold_remote(branch.tool, branch.args)
+        if isinstance(held, ToolResult):
+            return held  # refused, released and charged as embedded
         result: ToolResult | None = None
         try:
             allotment = held.allotment.to_json() if held.allotment is not None else None
             result = await self.remote.run_branch(run_id, index, replace(branch, allotment=allotment))
             return result
         finally:
-            self.budget.settle(held, branch_spend(result))
+            self.kernel.budget.settle(held, branch_spend(result))
 
     async def aclose(self) -> None:
         closer = getattr(self.remote, "aclose", None)

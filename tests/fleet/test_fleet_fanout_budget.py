@@ -10,6 +10,9 @@ never moved, so a 4-call budget let any number of branches run.
 
 from __future__ import annotations
 
+import json
+import subprocess
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +25,7 @@ from kernel.policy import PermissionPolicy
 from orchestrator import Agent
 from orchestrator.fanout import Branch
 
-from .conftest import EXTRA_TOOLS, FleetEnv, WorkerFactory
+from .conftest import BIN, EXTRA_TOOLS, ROOT, FleetEnv, WorkerFactory
 
 pytestmark = pytest.mark.fleet
 
@@ -153,3 +156,48 @@ def test_k3_f1_two_fleet_batches_in_flight_never_spend_the_same_remainder(
     assert remote["branches"] == ["budget_exhausted", "ok"], remote
     assert remote["children_ran"] == 5, remote  # the nap and four ls: 1 + 5 = 6 calls
     assert remote["held"] == ({"tool_calls": 0, "output_bytes": 0, "model_tokens": 0}, 0), remote
+
+
+def _budget_events(events: list[dict[str, Any]]) -> Counter[tuple[str, Any, Any]]:
+    """What a watcher of the session's events sees of its calls and budget: (type, kind, state)."""
+    return Counter(
+        (e["type"], e["data"].get("kind"), e["data"].get("state"))
+        for e in events
+        if e["type"] in ("tool_start", "tool_end", "tool_error", "budget_threshold")
+    )
+
+
+def test_k3_s5_a_refused_fleet_branch_and_the_thresholds_reach_the_sessions_events_as_embedded(
+    fleet: FleetEnv, spawn_worker: WorkerFactory, tmp_path: Path
+) -> None:
+    """K-3/S-5: three ``ls`` branches on a 2-call budget. Embedded, the session's events show three
+    starts, the soft threshold at the second call, and the third call's hard threshold, error and
+    ``rejected`` end. On a fleet the refused branch left no event at all (nothing was sent) and the
+    soft threshold came, if ever, from a worker's copy of the budget; now the session's stream shows
+    exactly what embedded shows."""
+    spawn_worker(fleet, "foevents", pool="prefork", concurrency=2)
+    branches = [Branch("ls", {"path": "."}, f"ls {i}") for i in range(3)]
+    with Agent() as agent:
+        session = agent.session(str(tmp_path), _options(2))
+        session.fan_out(branches, allow_partial_failure=True, timeout_ms=60_000)
+        embedded = _budget_events([e.to_json() for e in session.events()])
+    with Agent(fleet.settings()) as agent:
+        session = agent.session(str(tmp_path), _options(2))
+        session.fan_out(branches, allow_partial_failure=True, timeout_ms=60_000)
+        sid = session.id
+    out = subprocess.run(
+        [str(BIN / "a3s-fleet"), "events", sid],
+        env=fleet.env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    remote = _budget_events([json.loads(line) for line in out.stdout.splitlines()])
+    assert embedded == Counter(
+        {
+            ("tool_start", None, None): 3,
+            ("budget_threshold", "soft", None): 1,
+            ("budget_threshold", "hard", None): 1,
+            ("tool_error", None, None): 1,
+            ("tool_end", None, "rejected"): 1,
+            ("tool_end", None, "completed"): 2,
+        }
+    ), embedded
+    assert remote == embedded
