@@ -6,6 +6,13 @@ that counts decoded bytes gets to look. ``BoundedDecoder`` decodes the raw body 
 layer yields at most ``STEP`` bytes per step, and the decoded total is checked after each step,
 so memory stays near the limit whatever the server sends.
 
+The compressed side is bounded too. Bytes after the end of a compressed stream (a second gzip
+member, trailing junk) are dropped unread — zlib appends them to ``unused_data`` one copy at a
+time, so an endless tail cost quadratic CPU on the event loop and unbounded memory (256 MiB of
+tail: 45 s and 513 MiB). And each layer takes at most ``max_input(limit)`` bytes: no valid
+encoding of ``limit`` decoded bytes is longer (deflate adds under 0.1 %), so a stream that decodes
+to nothing — empty deflate blocks, an endless gzip file name, a tail — stops there as too large.
+
 Encodings: ``gzip``/``x-gzip``, ``deflate`` (zlib-wrapped, or raw as some servers send it — httpx's
 rule) and ``identity``; any other is passed through as it is, as httpx does (``SafeHttp`` asks for
 ``gzip, deflate`` only). At most ``MAX_LAYERS`` encodings.
@@ -24,18 +31,29 @@ ACCEPT_ENCODING = "gzip, deflate"
 _GZIP = ("gzip", "x-gzip")
 
 
+def max_input(limit: int) -> int:
+    """The most compressed bytes one layer may take for ``limit`` decoded ones (generous slack)."""
+    return limit + limit // 256 + STEP
+
+
 class BodyTooLarge(Exception):
-    """The decoded body passed the limit (nothing past one ``STEP`` beyond it was produced)."""
+    """The decoded body passed the limit (nothing past one ``STEP`` beyond it was produced), or a
+    layer's compressed input passed ``max_input(limit)``."""
 
 
 class _Layer:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, max_in: int) -> None:
+        self.max_in = max_in
+        self.taken = 0
         self.raw_fallback = name == "deflate"  # a deflate body may lack the zlib wrapper
         self.z = zlib.decompressobj(zlib.MAX_WBITS | 16 if name in _GZIP else zlib.MAX_WBITS)
 
     def steps(self, data: bytes) -> Iterator[bytes]:
         """``data`` decoded, at most ``STEP`` bytes at a time."""
-        while True:
+        self.taken += len(data)
+        if self.taken > self.max_in:
+            raise BodyTooLarge
+        while not self.z.eof:  # past the end: dropped, never handed to zlib (see the module doc)
             try:
                 out = self.z.decompress(data, STEP)
             except zlib.error as exc:
@@ -67,7 +85,8 @@ class BoundedDecoder:
         known = [n for n in names if n in (*_GZIP, "deflate")]
         if len(known) > MAX_LAYERS:
             raise httpx.DecodingError(f"more than {MAX_LAYERS} content encodings ({content_encoding[:80]!r})")
-        self.layers = [_Layer(n) for n in reversed(known)]  # the last one applied is undone first
+        # the last one applied is undone first
+        self.layers = [_Layer(n, max_input(limit)) for n in reversed(known)]
         self.limit = limit
         self.total = 0
 
