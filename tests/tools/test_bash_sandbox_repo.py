@@ -17,7 +17,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from kernel.errors import PermissionDenied
+from kernel.errors import PermissionDenied, Timeout
 from tests.tools.bash_sandbox_support import bash, exists, governed, host, needs_bwrap, stdout
 
 pytestmark = needs_bwrap
@@ -224,3 +224,77 @@ async def test_b6_no_repository_appears_while_the_sandboxed_command_runs(tmp_pat
     assert "not a git repository" in during.stderr and not pwn.exists()
     assert stdout(result).splitlines() == ["done"] and result.error_kind is None
     assert not exists(ws / ".git")  # the placeholder is gone with the command
+
+
+async def _wait_for(path: Path, what: str) -> None:
+    for _ in range(400):
+        if await asyncio.to_thread(os.path.exists, path):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{what} never happened")
+
+
+async def test_b6_k3_placeholder_outlives_the_command_that_made_it_while_another_runs(tmp_path):
+    """Two sandboxed commands in one workspace without a repository (a subagent beside its parent):
+    the first made the `.git` placeholder and, ending first, removed it — which detached the second
+    command's read-only bind of it. The second then `git init`ed a real repository with
+    `core.fsmonitor` that the host's git honoured until the second command ended. Now the last
+    command out removes the placeholder."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    pwn = tmp_path / "pwned"
+    first = asyncio.create_task(bash(governed(ws), command="echo > first-started; sleep 1"))
+    await _wait_for(ws / "first-started", "the first command's start")
+    attack = (
+        "echo > second-started; while [ ! -e first-ended ]; do sleep 0.02; done; "
+        f"git init -q . 2>/dev/null && echo INITED; git config core.fsmonitor 'touch {pwn}; false' "
+        "2>/dev/null && echo CONFIGURED; echo > tried; sleep 2; echo done"
+    )
+    second = asyncio.create_task(bash(governed(ws), command=attack))
+    await _wait_for(ws / "second-started", "the second command's start")
+    assert (await first).error_kind is None
+    (ws / "first-ended").write_text("")
+    await _wait_for(ws / "tried", "the second command's attempt")
+    during = await asyncio.to_thread(_user_git_status, ws)
+    result = await second
+    assert "not a git repository" in during.stderr and not pwn.exists()
+    assert stdout(result).splitlines() == ["done"] and result.error_kind is None
+    assert "quarantined_git" not in result.metadata
+    assert not exists(ws / ".git")  # the last command out removed it
+    # Another command's placeholder is no repository to the change snapshot either.
+    assert "tried" in result.metadata["changed_paths"]
+
+
+async def test_b6_placeholder_left_behind_is_removed_by_the_next_command(tmp_path):
+    """A host killed mid-command leaves the placeholder (sticky, so recognisably ours); the next
+    sandboxed command removes it. A user's own empty `.git` is left alone."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / ".git").mkdir()
+    os.chmod(ws / ".git", 0o1700)
+    result = await bash(governed(ws), command="echo hi")
+    assert result.error_kind is None and not exists(ws / ".git")
+    (ws / ".git").mkdir(mode=0o755)
+    result = await bash(governed(ws), command="echo hi")
+    assert result.error_kind is None and (ws / ".git").is_dir()
+
+
+async def test_k8_b6_workspace_lock_held_elsewhere_is_a_bounded_timeout(tmp_path, monkeypatch):
+    """Whoever holds the workspace's lock exclusively (only a command removing the placeholder
+    does, for microseconds) delays a sandboxed call a bounded while, never blocks the event loop."""
+    import fcntl
+
+    from tools.bash import tool as bash_tool
+
+    monkeypatch.setattr(bash_tool, "ROOT_GIT_LOCK_WAIT_S", 0.3)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / ".a3s").mkdir()
+    fd = os.open(ws / ".a3s", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with pytest.raises(Timeout, match="nothing ran"):  # the kernel turns it into error_kind timeout
+            await bash(governed(ws), command="echo > ran")
+    finally:
+        os.close(fd)
+    assert not exists(ws / "ran") and not exists(ws / ".git")

@@ -70,7 +70,7 @@ async def take_snapshot(root: Path) -> Snapshot | None:
 
 
 def _snapshot(root: Path, deadline: float) -> tuple[SnapshotKind, dict[str, Entry]]:
-    if not (root / ".git").exists():
+    if not (root / ".git").exists() or _is_placeholder(root):
         return "mtime", _mtime_snapshot(root, deadline)
     try:
         return "git", _git_snapshot(root, deadline)
@@ -78,6 +78,16 @@ def _snapshot(root: Path, deadline: float) -> tuple[SnapshotKind, dict[str, Entr
         # A repository libgit2 cannot open at all (sha256 object format): the work tree is still
         # there, so the mtime snapshot tells the changes instead of leaving them unknown.
         return "mtime", _mtime_snapshot(root, deadline)
+
+
+def _is_placeholder(root: Path) -> bool:
+    """An empty ``.git`` the sandbox keeps for a concurrent command (``rootgit``): no repository."""
+    from tools.bash.rootgit import is_placeholder
+
+    try:
+        return is_placeholder(os.lstat(root / ".git"))
+    except OSError:
+        return False
 
 
 def changed_paths(before: Snapshot | None, after: Snapshot | None) -> list[str] | None:

@@ -19,8 +19,9 @@ Order of the mount table (later mounts cover earlier ones):
    ``commondir``, wherever they live (so ``git status``/``log``/``diff`` still work inside; every
    write to the repository fails with EROFS). When ``.git`` is a symlink, its target directory is
    bound read-only and the link itself, if replaced, is restored afterwards (``rootgit.py``); where
-   there is no ``.git`` an empty one is made and bound read-only for the command's lifetime (an
-   empty ``.git`` is no repository to git, inside or on the host), then removed; nested repositories' ``.git``
+   there is no ``.git`` the caller (``rootgit.enter``) has made an empty placeholder, bound here
+   read-only like any ``.git`` (an empty ``.git`` is no repository to git, inside or on the host),
+   and removed by the last concurrent command to end; nested repositories' ``.git``
    directories are ordinary workspace content (finding them would cost a walk of the tree on
    every call) — only the root repository's configuration is honoured by our tools;
 6. host secrets masked: ``/etc/shadow``-like files, the usual credential stores under the host
@@ -170,9 +171,7 @@ def _git_binds(root: str, root_fd: int) -> Iterator[tuple[int, str]]:
     try:
         st = os.lstat(GIT_DIR, dir_fd=root_fd)
     except FileNotFoundError:
-        st = _git_placeholder(root_fd)
-        if st is None:
-            return
+        return  # rootgit.enter made a placeholder unless the workspace is read-only
     dest = os.path.join(root, GIT_DIR)
     if stat_mod.S_ISDIR(st.st_mode):
         yield os.open(GIT_DIR, _PATH_FLAGS | os.O_DIRECTORY, dir_fd=root_fd), dest
@@ -193,19 +192,6 @@ def _git_binds(root: str, root_fd: int) -> Iterator[tuple[int, str]]:
     common = _read_small(os.path.join(gitdir, "commondir"))
     if common:
         yield from _bind_dir(os.path.realpath(os.path.join(gitdir, common)))
-
-
-def _git_placeholder(root_fd: int) -> os.stat_result | None:
-    """An empty ``.git`` directory to bind read-only where there is none, so a command cannot
-    create a repository the host's git would honour while it runs (an empty ``.git`` is no
-    repository to git). ``rootgit.restore`` removes it after the command."""
-    try:
-        os.mkdir(GIT_DIR, 0o700, dir_fd=root_fd)
-    except FileExistsError:
-        pass  # made meanwhile (another call's placeholder): bound like any .git below
-    except OSError:
-        return None  # a read-only workspace: the command cannot create one either
-    return os.lstat(GIT_DIR, dir_fd=root_fd)
 
 
 def _bind_dir(path: str) -> Iterator[tuple[int, str]]:

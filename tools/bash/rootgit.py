@@ -6,34 +6,54 @@ bind what exists. In a workspace without a repository a command could ``git init
 ``git status`` there — or a shell prompt that runs it — would then run the model's program on the
 host. A ``.git`` *symlink* is bound at its target, so the link itself could be swapped the same way.
 
-So: where there is no ``.git``, the sandbox binds an empty read-only placeholder there for the
-command's lifetime (``mounts.py``): nothing can be created at that path while it runs, and an empty
-``.git`` is no repository to the host's git either. ``observe`` the root entry before a sandboxed
-command, and ``restore`` after it (every process of the sandbox is dead by then): the empty
-placeholder is removed; whatever else now stands at ``.git`` that was not there before (the
-placeholder lost to a concurrent call's clean-up, a replaced symlink) is moved, whole, into
-``.a3s/quarantine/`` (never listed, read or written by tools, bound read-only in the sandbox; the
-user can inspect it), and a replaced symlink is put back. Everything happens relative to the
-workspace root's descriptor with ``O_NOFOLLOW`` semantics. What stays open: a ``.git`` *symlink*
-replaced by a command exists until the command ends. Nested repositories (``sub/.git``) are ordinary
-workspace content (docs/sandbox.md).
+So ``enter`` (before a sandboxed command) makes, where there is no ``.git``, an empty **placeholder**
+directory there, which the sandbox binds read-only: nothing can be created at that path while the
+command runs, and an empty ``.git`` is no repository to the host's git either. ``leave`` (after
+it; every process of the sandbox is dead by then) removes the placeholder, and moves whatever else
+now stands at ``.git`` that was not there before (a replaced symlink) into ``.a3s/quarantine/``
+(never listed, read or written by tools, bound read-only in the sandbox; the user can inspect it),
+putting a replaced symlink back. Everything happens relative to the workspace root's descriptor
+with ``O_NOFOLLOW`` semantics.
+
+**One placeholder, shared by concurrent commands.** Removing the directory a bind mount sits on
+detaches that mount in every other mount namespace: when the command that made the placeholder
+ended first and removed it, a second sandboxed command still running in the same workspace (a
+subagent, another session, another worker process) lost its read-only ``.git`` and could ``git
+init`` a real repository with ``core.fsmonitor`` that the host's git honoured until that command
+ended. Now every sandboxed command holds a shared ``flock`` on the workspace's ``.a3s`` directory
+from ``enter`` to ``leave`` (an advisory lock: host-side only, across processes), and the placeholder
+is removed only by a command that then gets the lock *exclusively* — the last one out. A placeholder
+is recognised by its mode (``PLACEHOLDER_MODE``: sticky, which git never gives a ``.git``), so a
+later command also removes one left behind (a host process killed mid-command). A sandboxed process
+may take the same lock (``.a3s`` is visible, read-only): never exclusively while its own command
+holds it shared; holding it shared only keeps the empty placeholder a little longer.
+
+What stays open: a ``.git`` *symlink* replaced by a command exists until the command ends. Nested
+repositories (``sub/.git``) are ordinary workspace content (docs/sandbox.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import shutil
 import stat as stat_mod
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kernel.beneath import O_PATH_DIR
-from kernel.statedir import open_state_dir
+from kernel.errors import PermissionDenied
+from kernel.statedir import ensure_state_dir, open_state_dir
 
 GIT_DIR = ".git"
 QUARANTINE = "quarantine"
+# Sticky and owner-only: git never creates a .git directory with the sticky bit, so this marks
+# the placeholder as ours (a user's own empty .git is left alone).
+PLACEHOLDER_MODE = 0o1700
+_LOCK_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -44,32 +64,110 @@ class RootGit:
     dev: int
     ino: int
     link: str | None
+    placeholder: bool = False
 
 
-def observe(root: str) -> RootGit | None:
-    fd = os.open(root, O_PATH_DIR)
+@dataclass
+class Guard:
+    """One sandboxed command's hold on ``<root>/.git``: what stood there before, and the shared lock."""
+
+    root: str
+    before: RootGit | None
+    lock_fd: int
+
+
+def is_placeholder(st: os.stat_result) -> bool:
+    """Is this ``lstat`` of ``.git`` the sandbox's placeholder (not a repository)?"""
+    return stat_mod.S_ISDIR(st.st_mode) and stat_mod.S_IMODE(st.st_mode) == PLACEHOLDER_MODE
+
+
+def enter(root: str) -> Guard:
+    """Take the workspace's shared lock, make the placeholder where ``.git`` is missing, and note
+    what stands there. ``BlockingIOError`` when the lock is held exclusively (a ``leave`` removing
+    the placeholder: microseconds; retry); ``PermissionDenied`` for a symlinked ``.a3s``."""
+    ensure_state_dir(root)
+    with open_state_dir(root, create=False) as state:
+        lock_fd = os.open(".", _LOCK_FLAGS, dir_fd=state.fd)
     try:
-        return _entry(fd)
+        fcntl.flock(lock_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fd = os.open(root, O_PATH_DIR)
+        try:
+            _make_placeholder(fd)
+            before = _entry(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        os.close(lock_fd)
+        raise
+    return Guard(root, before, lock_fd)
+
+
+def leave(guard: Guard) -> str | None:
+    """Release the command's hold and undo a change of ``<root>/.git``: the quarantined entry's
+    workspace-relative path when something was moved away, else None. Raises ``OSError`` when a
+    planted entry cannot be undone."""
+    os.close(guard.lock_fd)  # our share first: the exclusive attempt below must not meet it
+    before = guard.before
+    fd = os.open(guard.root, O_PATH_DIR)
+    try:
+        after = _entry(fd)
+        if after is not None and after.placeholder and (before is None or before.placeholder):
+            with _exclusive(guard.root) as alone:
+                if not alone:
+                    return None  # another sandboxed command is bound to it: the last one out removes it
+                try:
+                    os.rmdir(GIT_DIR, dir_fd=fd)
+                    return None
+                except FileNotFoundError:
+                    return None  # removed by a command that ended at the same moment
+                except OSError:
+                    pass  # written into from the host meanwhile: not ours to delete, quarantined below
+                return _quarantine(guard.root, fd)
+        if after == before:
+            return None
+        kept = _quarantine(guard.root, fd) if after is not None else None
+        if before is not None and before.link is not None:
+            os.symlink(before.link, GIT_DIR, dir_fd=fd)
+        return kept
     finally:
         os.close(fd)
 
 
-def restore(root: str, before: RootGit | None) -> str | None:
-    """Undo a change of ``<root>/.git`` since ``before``; the quarantined entry's workspace-relative
-    path when something was moved away, else None. Raises ``OSError`` when it cannot be undone."""
-    fd = os.open(root, O_PATH_DIR)
+@contextlib.contextmanager
+def _exclusive(root: str) -> Iterator[bool]:
+    """The workspace's lock held exclusively (True) — no command is between ``enter`` and
+    ``leave`` — or False at once when someone holds it. Held until the block ends, so no ``enter``
+    can adopt the placeholder while it is removed."""
     try:
-        after = _entry(fd)
-        if after == before:
-            return None
-        if before is None and after is not None and after.mode == stat_mod.S_IFDIR:
-            with contextlib.suppress(OSError):
-                os.rmdir(GIT_DIR, dir_fd=fd)  # the sandbox's empty placeholder (mounts.py)
-                return None
-        kept = _quarantine(root, fd) if after is not None else None
-        if before is not None and before.link is not None:
-            os.symlink(before.link, GIT_DIR, dir_fd=fd)
-        return kept
+        with open_state_dir(root, create=False) as state:
+            lock_fd = os.open(".", _LOCK_FLAGS, dir_fd=state.fd)
+    except (OSError, ValueError, PermissionDenied):
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(lock_fd)  # releases the lock
+
+
+def _make_placeholder(root_fd: int) -> None:
+    try:
+        os.mkdir(GIT_DIR, PLACEHOLDER_MODE, dir_fd=root_fd)
+    except OSError:
+        return  # one exists (a repository, or another command's placeholder), or a read-only workspace
+    try:
+        fd = os.open(GIT_DIR, _LOCK_FLAGS, dir_fd=root_fd)
+    except OSError:
+        return
+    try:
+        os.fchmod(fd, PLACEHOLDER_MODE)  # the sticky bit, whatever the umask or file system did
+    except OSError:
+        pass
     finally:
         os.close(fd)
 
@@ -80,7 +178,7 @@ def _entry(root_fd: int) -> RootGit | None:
     except FileNotFoundError:
         return None
     link = os.readlink(GIT_DIR, dir_fd=root_fd) if stat_mod.S_ISLNK(st.st_mode) else None
-    return RootGit(stat_mod.S_IFMT(st.st_mode), st.st_dev, st.st_ino, link)
+    return RootGit(stat_mod.S_IFMT(st.st_mode), st.st_dev, st.st_ino, link, is_placeholder(st))
 
 
 def _quarantine(root: str, root_fd: int) -> str:

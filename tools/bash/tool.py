@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -61,10 +62,10 @@ from kernel.projection.bounded import declare as declare_bounded
 from kernel.projection.transform import artifact_line
 from kernel.result import ToolResult
 from kernel.spec import ToolSpec
+from tools.bash import rootgit
 from tools.bash.capture import OUTPUT_MAX_BYTES, OutputCapture, Stream
 from tools.bash.changes import MAX_CHANGED_PATHS, changed_paths, take_snapshot
 from tools.bash.environment import host_environment, minimal_environment
-from tools.bash.rootgit import RootGit, observe, restore
 from tools.bash.runner import run_shell
 from tools.bash.sandbox import BwrapSandbox, Sandbox, SandboxCommand, default_sandbox
 
@@ -74,6 +75,8 @@ MIN_TIMEOUT_MS = 1_000
 SANDBOX_MODES = ("auto", "always", "never")
 INTERNAL_DIR = ".a3s"
 SANDBOX_REQUIRED = "bash requires a configured sandbox"
+# A command ending holds the workspace lock only to remove the .git placeholder (microseconds).
+ROOT_GIT_LOCK_WAIT_S = 2.0
 
 
 class Params(BaseModel):
@@ -159,10 +162,10 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
     capture = OutputCapture()
     before = await take_snapshot(root)
     prepare = None
-    root_git: RootGit | None = None
+    root_git: rootgit.Guard | None = None
     if sandbox is not None:
         chosen = sandbox
-        root_git = observe(str(root))
+        root_git = await _enter_root_git(root)
 
         def prepare(argv: list[str]) -> SandboxCommand:
             return chosen.prepare(argv, root, cwd)
@@ -180,7 +183,7 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
         )
     finally:
         # Every sandboxed process is dead here (also on cancel): take back a planted `.git`.
-        if sandbox is not None:
+        if root_git is not None:
             quarantined = _take_back_root_git(root, root_git)
     # A workspace too big to snapshot before is too big after: skip the second 400 ms attempt.
     after = await take_snapshot(root) if before is not None else None
@@ -262,10 +265,30 @@ async def _declare_bounded(ctx: ToolContext, capture: OutputCapture, metadata: d
     return artifact_line(uri).decode("utf-8") if uri is not None else ""
 
 
-def _take_back_root_git(root: Path, before: RootGit | None) -> str | None:
-    """``rootgit.restore``; a planted ``.git`` that cannot be taken back fails the call loudly."""
+async def _enter_root_git(root: Path) -> rootgit.Guard:
+    """``rootgit.enter``; while a command that just ended holds the workspace's lock to remove the
+    ``.git`` placeholder, retried (each try is non-blocking) for at most ``ROOT_GIT_LOCK_WAIT_S``."""
+    deadline = time.monotonic() + ROOT_GIT_LOCK_WAIT_S
+    while True:
+        try:
+            return rootgit.enter(str(root))
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise Timeout(
+                    "another sandboxed command in this workspace kept its .git placeholder locked; "
+                    "nothing ran, retry",
+                    op=NAME,
+                    duration_ms=int(ROOT_GIT_LOCK_WAIT_S * 1000),
+                ) from None
+            await asyncio.sleep(0.01)
+        except OSError as exc:  # e.g. a read-only workspace without .a3s: nothing ran
+            raise Unsupported(f"the sandbox could not prepare the command: {exc}") from exc
+
+
+def _take_back_root_git(root: Path, guard: rootgit.Guard) -> str | None:
+    """``rootgit.leave``; a planted ``.git`` that cannot be taken back fails the call loudly."""
     try:
-        return restore(str(root), before)
+        return rootgit.leave(guard)
     except OSError as exc:
         raise PermissionDenied(
             f"The command created or replaced .git at the workspace root and it could not be removed "
