@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -48,6 +48,7 @@ from kernel.workspace import (
     MemoryFile,
     check_read_size,
     normalize_relative,
+    page_of_names,
 )
 
 GIT_CAPABILITIES = frozenset({"read", "search", "git"})
@@ -76,6 +77,13 @@ class _Node:
     kind: str
     oid: pygit2.Oid | None
     filemode: int
+
+
+def _child(parent: _Node, name: str, entry: pygit2.Object) -> _Node:
+    """The node of tree entry ``name`` of directory ``parent``."""
+    mode = int(entry.filemode)
+    kind = {MODE_TREE: "dir", MODE_LINK: "symlink", MODE_COMMIT: "submodule"}.get(mode, "file")
+    return _Node(f"{parent.path}/{name}" if parent.path else name, kind, entry.id, mode)
 
 
 def open_repository(path: str | os.PathLike[str]) -> pygit2.Repository:
@@ -383,6 +391,30 @@ class GitTreeWorkspace:
             raise InvalidArgument(f"{path} is not a directory")
         return [self._entry(n) for n in self._children(node)]
 
+    def list_page(
+        self, path: str, after: str, limit: int, check: Callable[[], None] = lambda: None
+    ) -> tuple[list[Entry], bool]:
+        """As ``LocalWorkspace.list_page``: the first ``limit`` entries after ``after`` and whether
+        more follow. A tree may hold hundreds of thousands of entries (one commit of a sandboxed
+        command's files): only the page's entries are built and sized (an object header each)."""
+        node = self._resolve(path)
+        if node.kind == "missing":
+            raise NotFound(f"Directory not found: {path or '.'}", path=path)
+        if node.kind == "submodule":
+            return [], False
+        if node.kind != "dir":
+            raise InvalidArgument(f"{path} is not a directory")
+        assert node.oid is not None
+        with self._lock:
+            tree = self._tree(node.oid)
+            names, more = page_of_names(
+                (str(e.name) for e in tree), after, limit, check, hide_internal=not node.path
+            )
+            wanted = set(names)  # a second pass, not tree[name]: names as str(entry.name) gave them
+            found = {name: entry for entry in tree if (name := str(entry.name)) in wanted}
+            picked = [(name, found[name]) for name in names]
+        return [self._entry(_child(node, name, entry)) for name, entry in picked], more
+
     def _children(self, node: _Node) -> list[_Node]:
         assert node.oid is not None
         out: list[_Node] = []
@@ -391,10 +423,7 @@ class GitTreeWorkspace:
                 name = str(entry.name)
                 if not node.path and name == INTERNAL_DIR:
                     continue
-                mode = int(entry.filemode)
-                kind = {MODE_TREE: "dir", MODE_LINK: "symlink", MODE_COMMIT: "submodule"}.get(mode, "file")
-                child = f"{node.path}/{name}" if node.path else name
-                out.append(_Node(child, kind, entry.id, mode))
+                out.append(_child(node, name, entry))
         out.sort(key=lambda n: n.path.rsplit("/", 1)[-1])
         return out
 

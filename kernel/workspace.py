@@ -24,7 +24,7 @@ import io
 import os
 import stat as stat_mod
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Literal, Protocol, runtime_checkable
@@ -38,6 +38,31 @@ from kernel.errors import InvalidArgument, NotFound, PathOutsideWorkspace, ToolE
 PAGE_PRUNE_FACTOR = 4
 PAGE_MIN_KEPT = 4096
 PAGE_CHECK_EVERY = 2048
+
+
+def page_of_names(
+    names: Iterable[str], after: str, limit: int, check: Callable[[], None], *, hide_internal: bool
+) -> tuple[list[str], bool]:
+    """The first ``limit`` of ``names`` after ``after`` in sorted order, and whether more follow.
+
+    A directory may hold millions of names (a sandboxed command made them): only the smallest
+    are kept (``PAGE_PRUNE_FACTOR`` times the page at most, or ``PAGE_MIN_KEPT``), and ``check`` is
+    called every ``PAGE_CHECK_EVERY`` names (it raises to stop: deadline, cancel). ``hide_internal``:
+    the workspace root, where ``.a3s`` is never listed.
+    """
+    kept: list[str] = []
+    prune_at = max(PAGE_MIN_KEPT, PAGE_PRUNE_FACTOR * (limit + 1))
+    for seen, name in enumerate(names, 1):
+        if seen % PAGE_CHECK_EVERY == 0:
+            check()
+        if name <= after or (hide_internal and name == INTERNAL_DIR):
+            continue
+        kept.append(name)
+        if len(kept) >= prune_at:
+            kept = heapq.nsmallest(limit + 1, kept)
+    kept = heapq.nsmallest(limit + 1, kept)
+    return kept[:limit], len(kept) > limit
+
 
 MAX_PATH_BYTES = 4096
 # ``read_bytes`` holds a whole file in memory: bigger files are refused (``invalid_argument`` naming
@@ -303,29 +328,16 @@ class LocalWorkspace:
         calls ``check`` every ``PAGE_CHECK_EVERY`` names (it raises to stop: deadline, cancel).
         """
         dir_fd, base = self.open_directory(path)
-        kept: list[str] = []
-        seen = 0
-        prune_at = max(PAGE_MIN_KEPT, PAGE_PRUNE_FACTOR * (limit + 1))
         with dir_fd, os.scandir(dir_fd.fd) as it:
-            for de in it:
-                seen += 1
-                if seen % PAGE_CHECK_EVERY == 0:
-                    check()
-                name = de.name
-                if name <= after or (not base and name == INTERNAL_DIR):
-                    continue
-                kept.append(name)
-                if len(kept) >= prune_at:
-                    kept = heapq.nsmallest(limit + 1, kept)
-            kept = heapq.nsmallest(limit + 1, kept)
+            names, more = page_of_names((de.name for de in it), after, limit, check, hide_internal=not base)
             page: list[Entry] = []
-            for name in kept[:limit]:
+            for name in names:
                 try:
                     st = os.stat(name, dir_fd=dir_fd.fd, follow_symlinks=False)
                 except FileNotFoundError:
                     continue
                 page.append(_entry(f"{base}/{name}" if base else name, st))
-        return page, len(kept) > limit
+        return page, more
 
     def walk_files(self, path: str = "") -> Iterator[Entry]:
         """Every regular file below ``path`` (sorted, symlinks not followed, ``.a3s`` skipped).

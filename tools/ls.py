@@ -1,9 +1,9 @@
 """``ls``: one directory's entries, sorted by name, in cursor pages (SPEC B-1).
 
 The cursor is opaque (base64 of the last name returned), so a page boundary stays exact even when
-entries are added before it. ``.a3s/`` is never listed (the workspace hides it). A page of a local
-directory streams it in a worker thread keeping only the entries it may return
-(``LocalWorkspace.list_page``): memory follows the page, not the directory, and the call's deadline
+entries are added before it. ``.a3s/`` is never listed (the workspace hides it). A page streams the
+directory in a worker thread keeping only the entries it may return (``list_page`` of a local
+directory or a ``git:`` view): memory follows the page, not the directory, and the call's deadline
 and cancel stop the scan.
 """
 
@@ -15,6 +15,7 @@ import binascii
 import json
 import threading
 import time
+from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,7 +24,7 @@ from kernel.context import ToolContext
 from kernel.errors import Cancelled, InvalidArgument, Timeout
 from kernel.result import ToolResult
 from kernel.spec import ToolSpec
-from kernel.workspace import Entry, LocalWorkspace
+from kernel.workspace import Entry
 from tools._offthread import abandon
 
 DEFAULT_PAGE_ENTRIES = 200
@@ -64,11 +65,19 @@ def _fmt_size(n: int) -> str:
 
 
 async def _page(ctx: ToolContext, params: Params, after: str) -> tuple[list[Entry], bool]:
-    """One page, off the event loop where the directory is on disk (it may hold millions of
-    entries a sandboxed command made): the scan stops at the call's deadline or cancel."""
-    if not isinstance(ctx.workspace, LocalWorkspace):
-        entries = [e for e in ctx.workspace.list_dir(params.path) if e.name > after]
-        return entries[: params.limit], len(entries) > params.limit
+    """One page, off the event loop (a directory may hold millions of entries a sandboxed command
+    made; a ``git:`` view's tree as many, read by libgit2): the scan stops at the call's deadline or
+    cancel. A workspace without ``list_page`` lists the whole directory, in the worker thread too."""
+    workspace = ctx.workspace
+    list_page = getattr(workspace, "list_page", None)
+    if list_page is None:
+
+        def list_page(
+            path: str, after: str, limit: int, check: Callable[[], None]
+        ) -> tuple[list[Entry], bool]:
+            entries = [e for e in workspace.list_dir(path) if e.name > after]
+            return entries[:limit], len(entries) > limit
+
     deadline = time.monotonic() + ctx.remaining_s()
     stop = threading.Event()
 
@@ -79,7 +88,7 @@ async def _page(ctx: ToolContext, params: Params, after: str) -> tuple[list[Entr
             raise Timeout("ls timed out while listing the directory", op="ls")
 
     work = asyncio.get_running_loop().run_in_executor(
-        None, ctx.workspace.list_page, params.path, after, params.limit, check
+        None, list_page, params.path, after, params.limit, check
     )
     try:
         return await asyncio.shield(work)
