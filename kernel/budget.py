@@ -415,9 +415,8 @@ class BudgetTracker:
                 reserved = self.reserved.get(resource, 0)
                 allotted = _allotment_left(resource) if resource == "model_tokens" else None
                 if limit is not None and allotted is not None and allotted < limit - consumed - reserved:
-                    reserved = (
-                        limit - consumed - allotted
-                    )  # run elsewhere: held for the session's other calls
+                    # Run elsewhere: the rest is held for the session's other calls.
+                    reserved = limit - consumed - allotted
                 if limit is not None and consumed + reserved >= limit:
                     raise BudgetExhausted(
                         f"Budget exhausted: {resource} {consumed} of {limit} used" + _held(reserved),
