@@ -32,6 +32,7 @@ from flows.providers.errors import (
     timeout_error,
     transport_error,
 )
+from flows.providers.http_bounds import ResponseTooLarge, bounded_http_client, too_large_in
 from flows.providers.merge import ToolCallAccumulator
 from flows.providers.types import (
     Completion,
@@ -68,6 +69,7 @@ class AnthropicMessagesProvider:
             api_key=self._env["ANTHROPIC_API_KEY"] or PLACEHOLDER_KEY,
             base_url=self._env["ANTHROPIC_BASE_URL"] or DEFAULT_BASE_URL,
             max_retries=0,  # the agent loop owns retries (bounded, visible in events)
+            http_client=bounded_http_client(anthropic.DefaultAsyncHttpxClient),  # answers read bounded
         )
 
     async def complete(self, request: ModelRequest) -> Completion:
@@ -92,6 +94,8 @@ class AnthropicMessagesProvider:
                 return
             async for item in _read_stream(response, request.deadline, started):
                 yield item
+        except ResponseTooLarge as exc:
+            raise exc.error() from None
         except anthropic.APIStatusError as exc:
             if exc.status_code == 200:  # an `error` event inside the stream: its typed `type` decides
                 raise stream_error(body_error_type(exc.body), body_detail(exc.body)) from None
@@ -99,6 +103,8 @@ class AnthropicMessagesProvider:
         except anthropic.APITimeoutError:
             raise timeout_error(started) from None
         except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
+            if (big := too_large_in(exc)) is not None:  # the SDK wrapped it
+                raise big.error() from None
             raise transport_error(exc) from None
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from flows.providers.errors import (
     timeout_error,
     transport_error,
 )
+from flows.providers.http_bounds import ResponseTooLarge, bounded_http_client, too_large_in
 from flows.providers.merge import ToolCallAccumulator
 from flows.providers.types import (
     Completion,
@@ -60,6 +61,7 @@ class OpenAIChatProvider:
             api_key=self._env["OPENAI_API_KEY"] or PLACEHOLDER_KEY,
             base_url=self._env["OPENAI_BASE_URL"] or DEFAULT_BASE_URL,
             max_retries=0,  # the agent loop owns retries (bounded, visible in events)
+            http_client=bounded_http_client(openai.DefaultAsyncHttpxClient),  # answers read bounded
         )
 
     async def complete(self, request: ModelRequest) -> Completion:
@@ -94,11 +96,15 @@ class OpenAIChatProvider:
             )
             async for item in _read_stream(chunks, request.deadline, started):
                 yield item
+        except ResponseTooLarge as exc:
+            raise exc.error() from None
         except openai.APIStatusError as exc:
             raise _status_error(exc) from None
         except openai.APITimeoutError:
             raise timeout_error(started) from None
         except (openai.APIConnectionError, httpx2.TransportError) as exc:
+            if (big := too_large_in(exc)) is not None:  # the SDK wrapped it
+                raise big.error() from None
             raise transport_error(exc) from None
         except openai.APIError as exc:  # an error object inside a 200 stream
             raise stream_error(body_error_type(exc.body), body_detail(exc.body)) from None
