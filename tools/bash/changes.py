@@ -107,6 +107,7 @@ def _git_snapshot(root: Path, deadline: float) -> dict[str, Entry]:
     from kernel.gitsafe import check_work_tree, layout_of_git_dir
     from kernel.gittree import open_repository
     from kernel.gitwhole import filtered_and_read, filters_possible, large_work_tree_files
+    from tools.bash import gitstatus
 
     try:
         # libgit2 blocks (holding the GIL: the whole process) on a FIFO .gitignore and honours some
@@ -134,8 +135,12 @@ def _git_snapshot(root: Path, deadline: float) -> dict[str, Entry]:
                     raise _Unknown("a changed work-tree file over the limit is filtered")
         finally:
             beneath.close()
-        status = repo.status(untracked_files="all")
-    except (pygit2.GitError, KeyError, ValueError, ToolError) as exc:
+        # Without the GIL (tools/bash/gitstatus.py): pygit2's status held it — every thread of the
+        # host stopped — for seconds on a big work tree, however short the snapshot's budget.
+        status = gitstatus.status(repo, deadline)
+        if status is None:
+            status = repo.status(untracked_files="all")
+    except (pygit2.GitError, KeyError, ValueError, ToolError, gitstatus.StatusStopped) as exc:
         raise _Unknown(str(exc)) from exc
     if time.monotonic() > deadline:
         raise _Unknown
