@@ -420,6 +420,8 @@ def _step_error(step_id: str, err: ToolError) -> dict[str, Any]:
 
 
 def _vm_error(vm: VmOutcome) -> ToolError:
+    if vm.kind == "aborted" and isinstance(vm.value, ToolError):
+        return vm.value  # the VM runner ended the run (too many requests outstanding)
     if vm.kind == "timeout":
         return Timeout("workflow timed out", op="dynamic_workflow", duration_ms=vm.duration_ms)
     if vm.kind == "runaway":

@@ -97,11 +97,13 @@ def _report(params: Params, bridge: ProgramBridge, outcome: VmOutcome, timeout_m
         result = ToolResult.failure("program", err, {"program": program})
         result.output = "\n".join([err.message, *lines]) + "\n"
         return result
-    try:
+    # The compact size first (C encoder): an over-large value is refused before the slow,
+    # pure-Python indented encoding runs on the event loop (seconds for millions of `{}`).
+    compact = json.dumps(outcome.value, ensure_ascii=False, separators=(",", ":"))
+    pretty = None
+    if len(compact.encode()) <= MAX_SCRIPT_RESULT_BYTES:
         pretty = json.dumps(outcome.value, indent=2, ensure_ascii=False)
-    except (TypeError, ValueError):
-        pretty = json.dumps(str(outcome.value))
-    if len(pretty.encode("utf-8")) > MAX_SCRIPT_RESULT_BYTES:
+    if pretty is None or len(pretty.encode()) > MAX_SCRIPT_RESULT_BYTES:
         err = BudgetExhausted(
             f"program script result is over {MAX_SCRIPT_RESULT_BYTES} bytes; return a summary and evidence "
             "references instead of raw output",

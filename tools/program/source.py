@@ -45,7 +45,10 @@ def load_source(workspace: Workspace, source: str | None, path: str | None) -> s
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise InvalidArgument(f"program source {path} is not UTF-8: {exc}") from None
-    size = len(text.encode("utf-8", "surrogatepass"))
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:  # a lone surrogate: the VM could not hand the text back
+        raise InvalidArgument(f"program source is not valid Unicode text: {exc}") from None
     if size > MAX_SOURCE_BYTES:
         raise InvalidArgument(f"program source is {size} bytes, over the {MAX_SOURCE_BYTES}-byte limit")
     if not text.strip():

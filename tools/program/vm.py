@@ -13,7 +13,15 @@ program bridge or the workflow driver). Invariants:
 - **no orphans**: children come from ``pool.py`` (spawned by one long-lived thread, tied to this
   process with ``PR_SET_PDEATHSIG``) and are reaped after they exit — off the caller's path when
   they ended on their own, before returning when they had to be killed;
-- every line a child sends is bounded (``MAX_LINE_BYTES``); a longer one ends the run.
+- every line a child sends is bounded (``MAX_LINE_BYTES``); a longer one ends the run, and so does
+  JSON nested too deeply for the host to parse. Lone UTF-16 surrogates in what the child sends (a
+  script's ``'ab😀'.slice(0, 3)``) become U+FFFD, as JavaScript's ``toWellFormed()`` does — the host
+  cannot encode them as UTF-8;
+- host memory per run is bounded whatever the script queues: at most ``MAX_PENDING_REQUESTS``
+  requests are outstanding at once (more ends the run, ``budget_exhausted{resource:
+  "pending_requests"}``), and replies are written in lines of about ``REPLY_LINE_BYTES`` with the
+  pipe's flow control — a script awaiting one large step ten thousand times never has ten thousand
+  copies of its output serialised at once.
 """
 
 from __future__ import annotations
@@ -22,12 +30,14 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
+import re
 import subprocess
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernel.errors import BudgetExhausted
 from tools.program.pool import (
     REAP_TIMEOUT_S,
     VmPool,
@@ -39,6 +49,14 @@ from tools.program.pool import (
 
 GRACE_S = 0.5
 MAX_LINE_BYTES = 8 * 1024 * 1024
+# Requests a script may have outstanding at once: a workflow's Promise.all of every step it may
+# create (``MAX_STEPS``). Each costs the host a task (~KiBs) and, when answered, a reply.
+MAX_PENDING_REQUESTS = 10_000
+REPLY_LINE_BYTES = 1024 * 1024  # replies are grouped into lines of about this size
+WRITE_HIGH_WATER = 4 * 1024 * 1024  # bytes queued to the child's stdin before the host waits
+# A JSON escape of a UTF-16 surrogate, or one encoded in CESU/WTF-8 bytes: the only ways a lone
+# surrogate reaches a Python string from a line (checked before walking the parsed value).
+_SURROGATE_HINT = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 STDERR_TAIL_BYTES = 4096
 
 # Pids of children running a script now (diagnostics and tests: ``active_pids()``).
@@ -71,6 +89,23 @@ class HandlerAbort(Exception):
         self.error = error
 
 
+class _FlowControl(asyncio.Protocol):
+    """The write side's flow control: ``can_write`` is clear while the pipe's buffer is full."""
+
+    def __init__(self) -> None:
+        self.can_write = asyncio.Event()
+        self.can_write.set()
+
+    def pause_writing(self) -> None:
+        self.can_write.clear()
+
+    def resume_writing(self) -> None:
+        self.can_write.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.can_write.set()  # a dead child: writes are dropped, nobody may wait forever
+
+
 class _Channel:
     """The child's pipes attached to the running event loop for one run."""
 
@@ -78,6 +113,7 @@ class _Channel:
         self.proc = proc
         self.reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
         self.writer: asyncio.WriteTransport | None = None
+        self.flow = _FlowControl()
         self._transports: list[asyncio.BaseTransport] = []
         self.stderr = bytearray()
 
@@ -88,7 +124,8 @@ class _Channel:
             lambda: asyncio.StreamReaderProtocol(self.reader), self.proc.stdout
         )
         self._transports.append(rt)
-        wt, _ = await loop.connect_write_pipe(asyncio.Protocol, self.proc.stdin)
+        wt, _ = await loop.connect_write_pipe(lambda: self.flow, self.proc.stdin)
+        wt.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self.writer = wt
         self._transports.append(wt)
         tail = self.stderr
@@ -103,18 +140,85 @@ class _Channel:
 
     def send(self, obj: Any) -> None:
         assert self.writer is not None
-        self.writer.write(json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
+        self.writer.write(_encode(obj) + b"\n")
+
+    async def send_replies(self, replies: list[dict[str, Any]]) -> None:
+        """Replies in lines of about ``REPLY_LINE_BYTES``, each written only once the pipe has room:
+        the host holds one line's serialisation (plus the pipe's buffer), however many replies."""
+        assert self.writer is not None
+        line: list[bytes] = []
+        size = 0
+        for reply in replies:
+            if self.writer.is_closing():
+                return
+            data = _encode(reply)
+            if line and size + len(data) > REPLY_LINE_BYTES:
+                await self._write_line(line)
+                line, size = [], 0
+            line.append(data)
+            size += len(data) + 1
+        if line:
+            await self._write_line(line)
+
+    async def _write_line(self, items: list[bytes]) -> None:
+        await self.flow.can_write.wait()
+        assert self.writer is not None
+        if not self.writer.is_closing():  # the child is gone: its end of the run is read next
+            self.writer.write(b"[" + b",".join(items) + b"]\n")
 
     async def receive(self) -> dict[str, Any] | None:
         line = await self.reader.readline()
         if not line:
             return None
-        msg = json.loads(line)
+        try:
+            msg = json.loads(line)
+            if _SURROGATE_HINT.search(line):
+                msg = _well_formed(msg)
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
         return msg if isinstance(msg, dict) else None
 
     def close(self) -> None:
         for t in self._transports:
             t.close()
+
+
+def _encode(obj: Any) -> bytes:
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        # A lone surrogate (a file name's undecodable byte): escaped, JSON.parse in the VM reads it.
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _well_formed(value: Any) -> Any:
+    """``value`` with every lone surrogate replaced by U+FFFD (``String.prototype.toWellFormed``)."""
+    if isinstance(value, str):
+        # UTF-16 round trip: a surrogate pair becomes its character, each lone one a single U+FFFD.
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace") if _lone(value) else value
+    if isinstance(value, list):
+        return [_well_formed(v) for v in value]
+    if isinstance(value, dict):
+        return {_well_formed(k): _well_formed(v) for k, v in value.items()}
+    return value
+
+
+def _lone(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _flooded() -> VmOutcome:
+    err = BudgetExhausted(
+        f"the script has more than {MAX_PENDING_REQUESTS} host requests outstanding at once",
+        resource="pending_requests",
+        reason="max_pending_requests",
+    )
+    return VmOutcome(False, kind="aborted", error=err.message, value=err)
 
 
 async def run_script(
@@ -176,7 +280,8 @@ async def run_script(
                     outcome = VmOutcome(False, kind="aborted", error=str(abort.error), value=abort.error)
                     break
             if outcome is None and replies:
-                channel.send(replies)  # requests that finished together are settled with one line
+                async with asyncio.timeout_at(deadline):
+                    await channel.send_replies(replies)  # finished together: settled together
             if outcome is None and receiver in done:
                 outcome = _on_message(receiver.result(), proc, channel, handle, handlers, per_call)
                 receiver = asyncio.ensure_future(channel.receive())
@@ -241,14 +346,16 @@ async def _run_batches(
         calls = msg.get("calls")
         if msg.get("t") != "calls" or not isinstance(calls, list):
             return VmOutcome(False, kind="protocol", error="unexpected message from the VM")
+        if len(calls) > MAX_PENDING_REQUESTS:
+            return _flooded()
         try:
             async with asyncio.timeout_at(deadline):
                 replies = await handle(calls)
+                await channel.send_replies(replies)
         except TimeoutError:
             return VmOutcome(False, kind="timeout", error="program script timed out")
         except HandlerAbort as abort:
             return VmOutcome(False, kind="aborted", error=str(abort.error), value=abort.error)
-        channel.send(replies)
 
 
 def _on_message(
@@ -268,6 +375,8 @@ def _on_message(
     if kind != "calls" or not isinstance(msg.get("calls"), list):
         return VmOutcome(False, kind="protocol", error="unexpected message from the VM")
     calls = msg["calls"]
+    if len(handlers) + len(calls) > MAX_PENDING_REQUESTS:
+        return _flooded()  # each request would hold a host task until answered: bounded
     batches = [[c] for c in calls] if per_call else [calls]
     for batch in batches:
         handlers.add(asyncio.ensure_future(handle(batch)))

@@ -1,0 +1,100 @@
+"""A workflow script cannot make the host hold what it asks for many times over (SPEC F-7, P-3, K-8).
+
+Each ``wf.step`` request the VM sends is a host task until it is answered, and each answer is the
+step's whole result: a script that asks for one slow step ten thousand times without awaiting (or
+forges the request line) used to grow the host without bound — 2.6 GB in 90 s before the host
+aborted, in the attack run. Now at most ``MAX_PENDING_REQUESTS`` requests are outstanding, and
+replies go out in bounded lines with the pipe's flow control.
+
+Real QuickJS, real bash steps, the real file log. The memory probe runs the host in a separate
+process with an address-space cap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from orchestrator import Agent
+from tools.program.vm import MAX_PENDING_REQUESTS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _types(root: Path, run_id: str) -> list[str]:
+    log = root / ".a3s" / "workflow" / f"{run_id}.jsonl"
+    return [json.loads(line)["event"]["type"] for line in log.read_text().splitlines()]
+
+
+def test_f7_k8_more_outstanding_requests_than_the_cap_end_the_run_typed(
+    agent: Agent, workspace: Path
+) -> None:
+    """Before: 10 001 host tasks waited on the slow step until the run timed out."""
+    s = agent.session(workspace)
+    src = f"""async function run(wf) {{
+      const all = [];
+      for (let i = 0; i <= {MAX_PENDING_REQUESTS}; i++) all.push(wf.step('slow', 'bash', {{command: 'sleep 60'}}));
+      await Promise.all(all);
+    }}"""
+    result = s.workflow(source=src, run_id="flood", limits={"timeout_ms": 20000})
+    assert result.exit_code == 1, result.output
+    assert result.error_kind == {
+        "type": "budget_exhausted",
+        "resource": "pending_requests",
+        "reason": "max_pending_requests",
+    }
+    assert _types(workspace, "flood")[-1] == "run_failed"
+    ok = s.workflow(
+        source="async function run(wf) { return (await wf.step('a', 'ls', {})).exitCode }", run_id="ok"
+    )
+    assert ok.exit_code == 0 and ok.metadata["output"] == 0
+
+
+HOST = """
+import json, resource, sys
+from orchestrator import Agent
+
+s = Agent().session(sys.argv[1])
+src = '''async function run(wf) {
+  const all = [];
+  for (let i = 0; i < 3000; i++) all.push(wf.step('big', 'bash', {command: 'sleep 2; head -c 90000 /dev/zero | tr "\\\\\\\\0" x'}));
+  let n = 0;
+  for (const p of all) n += (await p).output.length;
+  return n;
+}'''
+r = s.workflow(source=src, run_id="dup", limits={"timeout_ms": 120000})
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+print(json.dumps({"exit": r.exit_code, "kind": r.error_kind, "peak_mb": peak}), flush=True)
+"""
+
+
+def test_f7_p3_one_large_step_awaited_thousands_of_times_keeps_host_memory_bounded(workspace: Path) -> None:
+    """3000 requests of one step with a 90 kB output: the VM runs out of its 64 MiB taking the
+    answers (typed), and the host never holds them serialised together. Before: 1.1-1.5 GB peak
+    (the reply line was built whole: JSON text, its bytes, the line); now well under 400 MB."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cap = 3 * 1024**3
+
+    def limit() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    out = subprocess.run(
+        [sys.executable, "-c", HOST, str(workspace)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=240,
+        preexec_fn=limit,
+    )
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    assert lines, out.stderr[-2000:]
+    report = json.loads(lines[-1])
+    assert report["exit"] == 1
+    assert report["kind"] == {"type": "budget_exhausted", "resource": "memory", "reason": "vm_memory"}
+    assert report["peak_mb"] < 400, report
