@@ -35,6 +35,7 @@ from flows.providers.errors import (
 from flows.providers.http_bounds import ResponseTooLarge, bounded_http_client, too_large_in
 from flows.providers.merge import ToolCallAccumulator
 from flows.providers.types import (
+    MAX_TOKEN_COUNT,
     Completion,
     Message,
     ModelRequest,
@@ -44,6 +45,7 @@ from flows.providers.types import (
     ToolCall,
     ToolCallDelta,
     Usage,
+    token_count,
 )
 
 DEFAULT_MAX_TOKENS = 4096
@@ -172,11 +174,16 @@ def wire_messages(messages: list[Message]) -> list[dict[str, Any]]:
 def _usage(raw: Any, base: Usage | None = None) -> Usage:
     if raw is None:
         return base or Usage()
-    read = int(getattr(raw, "cache_read_input_tokens", None) or 0)
-    write = int(getattr(raw, "cache_creation_input_tokens", None) or 0)
+    # Counters as the server sent them (the SDK does not validate): clamped, never raised on.
+    read = token_count(getattr(raw, "cache_read_input_tokens", None))
+    write = token_count(getattr(raw, "cache_creation_input_tokens", None))
     fresh = getattr(raw, "input_tokens", None)
-    prompt = (int(fresh) + read + write) if fresh is not None else (base.prompt_tokens if base else 0)
-    return Usage(prompt, int(getattr(raw, "output_tokens", None) or 0), read, write)
+    prompt = (
+        min(token_count(fresh) + read + write, MAX_TOKEN_COUNT)
+        if fresh is not None
+        else (base.prompt_tokens if base else 0)
+    )
+    return Usage(prompt, token_count(getattr(raw, "output_tokens", None)), read, write)
 
 
 # A non-streamed body is read here, not by the SDK: its ``json.loads`` refuses an integer over Python's

@@ -39,6 +39,7 @@ from flows.providers.types import (
     ToolCall,
     ToolCallDelta,
     Usage,
+    token_count,
 )
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"  # explicit: the SDK would otherwise read os.environ itself
@@ -191,7 +192,12 @@ def _usage(raw: Any) -> Usage:
         return Usage()
     details = getattr(raw, "prompt_tokens_details", None)
     cached = getattr(details, "cached_tokens", None) if details is not None else None
-    return Usage(int(raw.prompt_tokens or 0), int(raw.completion_tokens or 0), int(cached or 0))
+    # Counters as the server sent them (the SDK does not validate): clamped, never raised on.
+    return Usage(
+        token_count(getattr(raw, "prompt_tokens", None)),
+        token_count(getattr(raw, "completion_tokens", None)),
+        token_count(cached),
+    )
 
 
 def _completion(response: Any) -> Completion:

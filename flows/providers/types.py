@@ -70,6 +70,24 @@ class ToolDef:
     parameters: dict[str, Any]
 
 
+# A count a server reports is clamped to [0, MAX_TOKEN_COUNT] (JSON-safe): a negative one used to be
+# subtracted from the session budget (a server could hand back every token charged before), and a
+# string, a list or Infinity raised out of the provider, losing the whole answer. Not a number: 0,
+# as when the server sends no usage.
+MAX_TOKEN_COUNT = 2**53 - 1
+
+
+def token_count(value: object) -> int:
+    """A usage counter from the wire as a non-negative int (see ``MAX_TOKEN_COUNT``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    if value != value:  # NaN
+        return 0
+    if value >= MAX_TOKEN_COUNT:  # Infinity and absurd counts: as much as any budget allows
+        return MAX_TOKEN_COUNT
+    return max(0, int(value))
+
+
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Token counts of one or more model requests. ``prompt_tokens`` includes cached ones (OpenAI's
@@ -105,10 +123,10 @@ class Usage:
     def from_json(cls, d: dict[str, Any] | None) -> Usage:
         d = d or {}
         return cls(
-            int(d.get("prompt_tokens") or 0),
-            int(d.get("completion_tokens") or 0),
-            int(d.get("cached_tokens") or 0),
-            int(d.get("cache_write_tokens") or 0),
+            token_count(d.get("prompt_tokens")),
+            token_count(d.get("completion_tokens")),
+            token_count(d.get("cached_tokens")),
+            token_count(d.get("cache_write_tokens")),
         )
 
 
