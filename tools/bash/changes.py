@@ -101,13 +101,13 @@ def changed_paths(before: Snapshot | None, after: Snapshot | None) -> list[str] 
 def _git_snapshot(root: Path, deadline: float) -> dict[str, Entry]:
     import pygit2
 
+    from kernel import gitstatus
     from kernel.beneath import Beneath
     from kernel.errors import ToolError, Unsupported
     from kernel.gitblob import check_object_database
     from kernel.gitsafe import check_work_tree, layout_of_git_dir
     from kernel.gittree import open_repository
     from kernel.gitwhole import filtered_and_read, filters_possible, large_work_tree_files
-    from tools.bash import gitstatus
 
     try:
         # libgit2 blocks (holding the GIL: the whole process) on a FIFO .gitignore and honours some
@@ -135,7 +135,7 @@ def _git_snapshot(root: Path, deadline: float) -> dict[str, Entry]:
                     raise _Unknown("a changed work-tree file over the limit is filtered")
         finally:
             beneath.close()
-        # Without the GIL (tools/bash/gitstatus.py): pygit2's status held it — every thread of the
+        # Without the GIL (kernel/gitstatus.py): pygit2's status held it — every thread of the
         # host stopped — for seconds on a big work tree, however short the snapshot's budget.
         status = gitstatus.status(repo, deadline)
         if status is None:

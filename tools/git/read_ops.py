@@ -17,6 +17,7 @@ from typing import Any
 import pygit2
 from pygit2.enums import DiffOption, FileStatus, SortMode
 
+from kernel import gitstatus
 from kernel.errors import InvalidArgument, NotFound, ToolError
 from kernel.gittree import open_repository, resolve_commit
 from kernel.gitwhole import filtered_and_read
@@ -116,7 +117,8 @@ def status(view: GitView) -> Result:
         raise too_large(
             view, read_whole, "status (a .gitattributes or core.autocrlf filter applies)", "git status"
         )
-    entries = sorted((p, int(f)) for p, f in repo.status().items() if not is_internal(p))
+    # Without the GIL (kernel/gitstatus.py): pygit2's status stopped every thread of the host.
+    entries = sorted((p, f) for p, f in gitstatus.entries(repo).items() if not is_internal(p))
     if state["unborn"]:
         first = f"On branch {state['branch']} (no commits yet)"
     elif state["detached"]:

@@ -27,6 +27,7 @@ from typing import Any
 import pygit2
 from pygit2.enums import CheckoutNotify, CheckoutStrategy, DiffFlag, FileMode, FileStatus
 
+from kernel import gitstatus
 from kernel.beneath import O_WALK_DIR, Fd
 from kernel.errors import InvalidArgument, NotFound, PathOutsideWorkspace, Unsupported, VersionConflict
 from kernel.gittree import open_repository, resolve_commit
@@ -184,7 +185,7 @@ def stash_save(view: GitView, *, message: str | None, include_untracked: bool) -
     held = [f for f in large_files(view) if f.looks_changed and (f.tracked or include_untracked)]
     if held:
         raise too_large(view, held, "stash", "git stash" + (" -u" if include_untracked else ""))
-    changed = {p: int(f) for p, f in repo.status().items()}
+    changed = gitstatus.entries(repo)  # without the GIL (kernel/gitstatus.py)
     eligible = [
         p
         for p, f in changed.items()

@@ -1,4 +1,4 @@
-"""libgit2's status without holding the GIL, for bash's change snapshot (SPEC B-2, K-6).
+"""libgit2's status without holding the GIL: bash's change snapshot, the git tool's status and stash (SPEC B-2, K-6).
 
 pygit2's ``Repository.status`` runs libgit2's whole status — an ``lstat`` and index comparison per
 work-tree file, an entry per untracked file — while holding the GIL. A sandboxed command that makes
@@ -8,16 +8,20 @@ snapshot's 400 ms budget only abandons its thread, it cannot stop one that holds
 repository of 150,000 tracked files: 2.1-2.6 s). Here the same libgit2 call is made through cffi,
 which releases the GIL around C calls, into the libgit2 that pygit2 already loaded (found in
 ``/proc/self/maps``), with ``git_status_foreach_ext`` and the options pygit2 uses for
-``status(untracked_files="all")``: the results are identical (``tests/tools/test_bash_changes_gil.py``),
+``status(untracked_files="all")``: the results are identical (``tests/tools/test_status_gil.py``),
 the GIL is taken only per changed entry, and the callback stops libgit2 once the deadline passed.
 
+The git tool's ``status`` and ``stash`` made the same pygit2 call (``entries``): the call itself
+still takes as long as libgit2 needs, but only its own worker thread waits for it.
+
 Where this cannot be set up (no cffi ABI mode, a libgit2 not found in the process map, a missing
-symbol), ``status`` answers None and the caller falls back to pygit2's own call.
+symbol), ``status`` answers None and ``entries`` falls back to pygit2's own call.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sys
 import threading
@@ -125,4 +129,13 @@ def status(repo: Any, deadline: float) -> dict[str, int] | None:
         import pygit2
 
         raise pygit2.GitError(f"libgit2 status failed ({code})")
+    return found
+
+
+def entries(repo: Any, deadline: float = math.inf) -> dict[str, int]:
+    """``repo.status()`` (untracked files listed one by one, ignored ones not) as ``{path: flags}``,
+    without the GIL where ``status`` can; pygit2's own call otherwise."""
+    found = status(repo, deadline)
+    if found is None:
+        found = {path: int(flags) for path, flags in repo.status(untracked_files="all").items()}
     return found
