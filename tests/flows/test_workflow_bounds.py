@@ -18,6 +18,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from flows.workflow import driver
 from orchestrator import Agent
 from tools.program.vm import MAX_PENDING_REQUESTS
 
@@ -98,3 +101,18 @@ def test_f7_p3_one_large_step_awaited_thousands_of_times_keeps_host_memory_bound
     assert report["exit"] == 1
     assert report["kind"] == {"type": "budget_exhausted", "resource": "memory", "reason": "vm_memory"}
     assert report["peak_mb"] < 400, report
+
+
+def test_f7_a_catastrophic_regex_is_a_runaway_not_a_run_to_the_deadline(
+    agent: Agent, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """QuickJS's regex engine never checks the VM's interrupt, so the 30 s cap between steps did not
+    apply: the child ran at full CPU to the run's deadline (default 1 h, up to 24 h). The child's
+    CPU fence (a soft RLIMIT_CPU a slice ahead) ends it; a 1 s slice keeps the test short."""
+    monkeypatch.setattr(driver, "SLICE_MS", 1000)
+    s = agent.session(workspace)
+    src = "async function run(wf) { return /(a+)+$/.test('a'.repeat(40) + 'b') }"
+    result = s.workflow(source=src, run_id="regex", limits={"timeout_ms": 60000})
+    assert result.exit_code == 1, result.output
+    assert result.error_kind == {"type": "budget_exhausted", "resource": "cpu", "reason": "runaway_script"}
+    assert _types(workspace, "regex")[-1] == "run_failed"

@@ -31,6 +31,7 @@ import concurrent.futures
 import contextlib
 import json
 import re
+import signal
 import subprocess
 import threading
 from collections.abc import Awaitable, Callable
@@ -306,6 +307,8 @@ async def run_script(
             await asyncio.gather(*pending, return_exceptions=True)
         channel.close()
         if outcome is not None:
+            if outcome.kind == "crash" and job.get("sliceMs") and proc.returncode == -signal.SIGXCPU:
+                outcome.kind = "runaway"  # the child's CPU fence: native work past the slice cap
             if outcome.kind == "timeout" and loop.time() < deadline - 0.05:
                 # The VM was interrupted before the deadline: the per-slice cap (a runaway loop
                 # between host requests), or a script throwing its own "interrupted" error.

@@ -8,7 +8,8 @@ cold start cheap). Invariants:
 - it dies with its parent: ``PR_SET_PDEATHSIG`` (SIGKILL) plus a parent-pid check for the race
   before it, and EOF on stdin whenever it waits for the host;
 - rlimits back up the VM's own limits: address space (``AS_LIMIT_BYTES``), CPU seconds (the
-  deadline plus slack), no core files, no file writes;
+  deadline plus slack; with a slice cap, a soft limit a slice ahead — ``_CpuFence``), no core
+  files, no file writes;
 - one script per process: the host never sends a second job, and the process exits after it;
 - every pump of the VM (evaluation, pending jobs, settling) runs under ``set_time_limit`` set to the
   time left before the deadline; the host still kills the process 500 ms after the deadline, so a
@@ -50,6 +51,28 @@ def _limit(which: int, value: int) -> None:
         resource.setrlimit(which, (value, value))
     except (ValueError, OSError):
         pass
+
+
+class _CpuFence:
+    """A soft ``RLIMIT_CPU`` kept one slice ahead of the CPU time used, re-armed before each call into
+    the VM: native work the VM's interrupt cannot stop (a catastrophic regex: QuickJS's regex engine
+    never checks it) ends with SIGXCPU after about ``slice_s`` + 3 s of CPU instead of running to the
+    deadline (a workflow's is up to 24 h). The host reports that as the runaway it is."""
+
+    def __init__(self, slice_s: float, hard: int) -> None:
+        self.slice_s = slice_s
+        self.hard = hard
+        self.at = 0
+
+    def arm(self) -> None:
+        used = time.process_time()
+        if self.at - used >= self.slice_s + 1:
+            return  # still more than a slice ahead: no syscall for this call
+        self.at = min(self.hard, int(used + self.slice_s) + 2)
+        try:
+            resource.setrlimit(resource.RLIMIT_CPU, (self.at, self.hard))
+        except (ValueError, OSError):
+            pass
 
 
 def _write(line: str) -> None:
@@ -123,7 +146,9 @@ def main() -> None:
     source = bridge["job"](line.decode("utf-8", "surrogatepass"))
     timeout_s = float(bridge["timeoutMs"]()) / 1000.0
     slice_s = float(bridge["sliceMs"]()) / 1000.0 or None
-    _limit(resource.RLIMIT_CPU, int(timeout_s) + CPU_SLACK_S)
+    cpu_hard = int(timeout_s) + CPU_SLACK_S
+    _limit(resource.RLIMIT_CPU, cpu_hard)
+    fence = _CpuFence(slice_s, cpu_hard) if slice_s else None
     deadline = started + timeout_s
 
     def limited(fn, *args):
@@ -131,6 +156,8 @@ def main() -> None:
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError
+        if fence is not None:
+            fence.arm()
         ctx.set_time_limit(min(left, slice_s) if slice_s else left)
         try:
             return fn(*args)
