@@ -14,6 +14,8 @@
   survives a crash of the process or the machine;
 - a torn last line (a crash in the middle of a write) is cut off before the next append; reading
   skips it;
+- a log holds at most ``MAX_LOG_BYTES``: an append that would pass it fails
+  (``budget_exhausted{resource: "workflow_history"}``) and a longer log is never read whole;
 - one driver per run at a time: ``open_for_run`` takes an exclusive ``flock`` on the log for as long
   as the run is driven; a second driver of the same run id is refused (``version_conflict``), and
   ``a3s-fleet workflow status`` reports a run whose log is locked as running.
@@ -32,11 +34,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from flows.workflow.events import check_run_id
-from kernel.errors import InvalidArgument, NotFound, PermissionDenied, VersionConflict
+from kernel.errors import BudgetExhausted, InvalidArgument, NotFound, PermissionDenied, VersionConflict
 from kernel.statedir import open_state_dir
 
 LOG_DIR = (".a3s", "workflow")
 MAX_LOG_LINE_BYTES = 2 * 1024 * 1024
+# One run's whole history. Read whole (and parsed) on every resume and status; each step's output
+# is in it (up to ~100 KiB text + 256 KiB metadata), so without a cap a run of 10 000 steps, or
+# many re-runs under new queries, grew it by GBs — on disk, and in memory when read back.
+MAX_LOG_BYTES = 256 * 1024 * 1024
 LOCK_ATTEMPTS = 100
 LOCK_RETRY_S = 0.02
 
@@ -161,7 +167,7 @@ class FileEventLogs:
                     ) from None
                 await asyncio.sleep(LOCK_RETRY_S)
         _cut_torn_tail(fd)
-        return FileEventLog(fd)
+        return FileEventLog(fd, os.fstat(fd).st_size)
 
     async def read(self, run_id: str) -> list[dict[str, Any]]:
         fd = self._open_log(run_id, create=False)
@@ -187,8 +193,9 @@ class FileEventLogs:
 class FileEventLog:
     """One run's log, held open (and locked) while the run is driven."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, size: int = 0) -> None:
         self._fd = fd
+        self._size = size  # the file's length: this driver is its only writer (flock)
         self._commits = GroupCommit(self._write)
 
     async def load(self) -> list[dict[str, Any]]:
@@ -206,7 +213,11 @@ class FileEventLog:
             if len(line) > MAX_LOG_LINE_BYTES:
                 raise InvalidArgument(f"workflow event is {len(line)} bytes, over {MAX_LOG_LINE_BYTES}")
             lines.append(line)
-        await asyncio.to_thread(_append_lines, self._fd, b"".join(lines))  # one write + fsync, off the loop
+        data = b"".join(lines)
+        if self._size + len(data) > MAX_LOG_BYTES:
+            raise _history_full(self._size + len(data))
+        await asyncio.to_thread(_append_lines, self._fd, data)  # one write + fsync, off the loop
+        self._size += len(data)
 
     async def close(self) -> None:
         await self._commits.drain()
@@ -223,8 +234,19 @@ def _append_lines(fd: int, data: bytes) -> None:
     os.fsync(fd)
 
 
+def _history_full(size: int) -> BudgetExhausted:
+    return BudgetExhausted(
+        f"workflow history would be {size} bytes, over {MAX_LOG_BYTES}: start a new run id, and keep "
+        "steps' outputs small (return references, not raw output)",
+        resource="workflow_history",
+        reason="max_history_bytes",
+    )
+
+
 def _read_lines(fd: int) -> list[dict[str, Any]]:
     size = os.fstat(fd).st_size
+    if size > MAX_LOG_BYTES:
+        raise _history_full(size)  # never read whole into memory
     data = os.pread(fd, size, 0)
     out: list[dict[str, Any]] = []
     for raw in data.split(b"\n"):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.workflow import driver
+from flows.workflow import driver, log
 from orchestrator import Agent
 from tools.program.vm import MAX_PENDING_REQUESTS
 
@@ -116,3 +116,27 @@ def test_f7_a_catastrophic_regex_is_a_runaway_not_a_run_to_the_deadline(
     assert result.exit_code == 1, result.output
     assert result.error_kind == {"type": "budget_exhausted", "resource": "cpu", "reason": "runaway_script"}
     assert _types(workspace, "regex")[-1] == "run_failed"
+
+
+def test_f3_f7_a_run_history_is_capped_on_disk_and_never_read_whole_past_it(
+    agent: Agent, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every step's output goes into the run's log, and every resume reads the log whole: before,
+    nothing bounded it (10 000 `read` steps ≈ 1 GB per execution, more per re-run under a new query).
+    The cap is patched down to 64 KiB here; the real one is 256 MiB."""
+    monkeypatch.setattr(log, "MAX_LOG_BYTES", 64 * 1024)
+    (workspace / "big.txt").write_text("".join(f"line {i} {'x' * 50}\n" for i in range(400)))
+    s = agent.session(workspace)
+    src = """async function run(wf) {
+      for (let i = 0; i < 100; i++) await wf.step('s' + i, 'read', {file_path: 'big.txt'});
+    }"""
+    full = {"type": "budget_exhausted", "resource": "workflow_history", "reason": "max_history_bytes"}
+    first = s.workflow(source=src, run_id="hist")
+    assert first.exit_code == 1 and first.error_kind == full, first.output
+    history = workspace / ".a3s" / "workflow" / "hist.jsonl"
+    assert history.stat().st_size <= 64 * 1024
+    again = s.workflow(source=src, run_id="hist")  # resumes what was recorded, then the same refusal
+    assert again.error_kind == full and "s0: read recovered" in again.output
+    monkeypatch.setattr(log, "MAX_LOG_BYTES", 16 * 1024)  # a log already past the cap is not read
+    refused = s.workflow(source=src, run_id="hist")
+    assert refused.exit_code == 1 and refused.error_kind == full
