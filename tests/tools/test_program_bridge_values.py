@@ -92,3 +92,24 @@ def test_p3_an_oversized_result_is_refused_before_it_is_pretty_printed(agent: Ag
     result = s.program(source=src)
     assert result.exit_code == 1
     assert result.error_kind["resource"] == "script_result"
+
+
+def test_p4_k8_a_search_mode_that_is_not_a_string_is_refused_typed(agent: Agent, workspace: Path) -> None:
+    """With a mode-restricted allow-list, `mode: {}` (or a batch item's `$ref` object) made the
+    check itself raise (`{} in frozenset`: unhashable): an internal error instead of the refusal."""
+    s = agent.session(workspace)
+    for args in ("{mode: {}, query: 'x'}", "{mode: ['grep'], query: 'x'}"):
+        result = s.program(
+            source=f"async function run(ctx) {{ return await ctx.tool('search', {args}) }}",
+            allowed_tools=["grep"],
+        )
+        assert result.error_kind == {"type": "permission_denied", "reason": "program_allow_list"}, (
+            result.output
+        )
+    batched = s.program(
+        source="""async function run(ctx) {
+          return await ctx.tool('batch', {invocations: [{tool: 'search', args: {mode: {$ref: 'x'}, query: 'y'}}]});
+        }""",
+        allowed_tools=["grep", "batch"],
+    )
+    assert batched.error_kind == {"type": "permission_denied", "reason": "program_allow_list"}, batched.output

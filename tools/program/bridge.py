@@ -76,7 +76,7 @@ class AllowList:
             )
         if name == "search" and self.search_modes is not None:
             mode = args.get("mode") if isinstance(args, dict) else None
-            if mode not in self.search_modes:
+            if not isinstance(mode, str) or mode not in self.search_modes:  # {} is unhashable
                 raise PermissionDenied(
                     f"tool 'search' with mode {mode!r} is not allowed for this PTC script "
                     f"(allowed modes: {', '.join(sorted(self.search_modes))})",
