@@ -204,7 +204,8 @@ def _protected(rel: str) -> PermissionDenied:
 
 
 def _redirected_git_dirs(ws: LocalWorkspace) -> list[str]:
-    """Workspace-relative git directories the root ``.git`` symlink or ``gitdir:`` file points to."""
+    """Workspace-relative git directories the root ``.git`` symlink (or the link recorded while
+    sandboxed commands run) or ``gitdir:`` file points to."""
     try:
         st = os.stat(".git", dir_fd=ws.beneath.root_fd, follow_symlinks=False)
     except OSError:
@@ -224,6 +225,14 @@ def _redirected_git_dirs(ws: LocalWorkspace) -> list[str]:
                     found.append(inner)
     except ToolError:
         pass  # points outside (unreachable by file tools anyway) or unreadable
+    # A sandboxed command may have removed the root `.git` link for its lifetime: the link it
+    # will be restored to still names the git directory (tools/bash/rootgit.py).
+    from tools.bash.rootgit import recorded_link
+
+    link = recorded_link(str(ws.root))
+    inner = _inside_root(ws, link) if link is not None else None
+    if inner is not None and inner not in found:
+        found.append(inner)
     return found
 
 

@@ -18,6 +18,9 @@ import pygit2
 import pytest
 
 from kernel.errors import PermissionDenied, Timeout
+from kernel.origin import Origin
+from kernel.testing import make_context
+from kernel.workspace import LocalWorkspace
 from tests.tools.bash_sandbox_support import bash, exists, governed, host, needs_bwrap, stdout
 
 pytestmark = needs_bwrap
@@ -298,3 +301,33 @@ async def test_k8_b6_workspace_lock_held_elsewhere_is_a_bounded_timeout(tmp_path
     finally:
         os.close(fd)
     assert not exists(ws / "ran") and not exists(ws / ".git")
+
+
+async def test_b6_k3_removed_git_link_leaves_its_git_directory_protected_meanwhile(tmp_path):
+    """`.git` is a symlink to a git directory inside the workspace. One sandboxed command removes
+    the link and keeps running: a second command started meanwhile found no `.git`, so it did not
+    bind the git directory read-only and wrote `core.fsmonitor` into its config, and model-side
+    `write` saw no link either; the first command's clean-up then put the link back — onto the
+    planted config. Now the link goes back before the second command starts, and `write` checks
+    the link recorded while commands run."""
+    from tools.write import TOOL as WRITE
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    store = ws / "store"  # a git directory not named .git (`.git -> store`)
+    pygit2.init_repository(str(store), bare=True)
+    (ws / ".git").symlink_to("store")
+    config = store / "config"
+    original = config.read_bytes()
+    pwn = tmp_path / "pwned"
+    first = asyncio.create_task(bash(governed(ws), command="rm .git && echo > removed; sleep 2"))
+    await _wait_for(ws / "removed", "the link's removal")
+    plant = f"printf '[core]\\n\\tfsmonitor = touch {pwn}\\n' >> store/config 2>/dev/null && echo PLANTED; echo done"
+    second = await bash(governed(ws), command=plant)
+    wctx = make_context(LocalWorkspace(ws), tool_name="write", origin=Origin.AGENT)
+    with pytest.raises(PermissionDenied):
+        await WRITE.run(wctx, WRITE.validate({"file_path": "store/config", "content": "[core]\n"}))
+    result = await first
+    assert stdout(second) == "done\n" and config.read_bytes() == original
+    assert os.readlink(ws / ".git") == "store" and result.error_kind is None
+    assert not (ws / ".a3s" / "git-link").exists()  # forgotten once no command runs

@@ -28,8 +28,17 @@ later command also removes one left behind (a host process killed mid-command). 
 may take the same lock (``.a3s`` is visible, read-only): never exclusively while its own command
 holds it shared; holding it shared only keeps the empty placeholder a little longer.
 
-What stays open: a ``.git`` *symlink* replaced by a command exists until the command ends. Nested
-repositories (``sub/.git``) are ordinary workspace content (docs/sandbox.md).
+**A removed ``.git`` link.** A ``.git`` symlink is not itself a mount: a command can remove it for
+its lifetime. A second command started meanwhile then saw no ``.git``, so its target (a git
+directory inside the workspace) was not bound read-only there, and model-side ``write`` did not
+know it either: ``core.fsmonitor`` written into it survived the first command's clean-up, which put
+the link back. So while commands run, ``enter`` records the link's target in ``.a3s/git-link``
+(host-only: ``.a3s`` is read-only inside) and puts a missing link back from it before its command
+starts; ``_fileio`` protects the recorded target too; the last command out forgets the record.
+
+What stays open: a ``.git`` *symlink* replaced by a command exists until the command ends (a host
+``git`` meanwhile honours the replacement). Nested repositories (``sub/.git``) are ordinary
+workspace content (docs/sandbox.md).
 """
 
 from __future__ import annotations
@@ -44,7 +53,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from kernel.beneath import O_PATH_DIR
+from kernel.beneath import O_PATH_DIR, atomic_write_at, read_regular_at
 from kernel.errors import PermissionDenied
 from kernel.statedir import ensure_state_dir, open_state_dir
 
@@ -53,6 +62,9 @@ QUARANTINE = "quarantine"
 # Sticky and owner-only: git never creates a .git directory with the sticky bit, so this marks
 # the placeholder as ours (a user's own empty .git is left alone).
 PLACEHOLDER_MODE = 0o1700
+# While commands run, ``.a3s/git-link`` holds the root .git symlink's target (``enter``).
+LINK_RECORD = "git-link"
+MAX_LINK_BYTES = 4096
 _LOCK_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -92,7 +104,16 @@ def enter(root: str) -> Guard:
         fcntl.flock(lock_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         fd = os.open(root, O_PATH_DIR)
         try:
-            _make_placeholder(fd)
+            current = _entry(fd)
+            if current is not None and current.link is not None:
+                _record_link(lock_fd, current.link)
+            elif current is None:
+                link = _recorded(lock_fd)
+                if link is None:
+                    _make_placeholder(fd)
+                else:  # a running command removed the link: it goes back before this one starts
+                    with contextlib.suppress(FileExistsError):
+                        os.symlink(link, GIT_DIR, dir_fd=fd)
             before = _entry(fd)
         finally:
             os.close(fd)
@@ -103,6 +124,15 @@ def enter(root: str) -> Guard:
 
 
 def leave(guard: Guard) -> str | None:
+    """``_leave``, then — when no other command is in flight — forget the recorded ``.git`` link."""
+    kept = _leave(guard)
+    with _exclusive(guard.root) as alone:
+        if alone:
+            _forget_link(guard.root)
+    return kept
+
+
+def _leave(guard: Guard) -> str | None:
     """Release the command's hold and undo a change of ``<root>/.git``: the quarantined entry's
     workspace-relative path when something was moved away, else None. Raises ``OSError`` when a
     planted entry cannot be undone."""
@@ -155,6 +185,38 @@ def _exclusive(root: str) -> Iterator[bool]:
         os.close(lock_fd)  # releases the lock
 
 
+def recorded_link(root: str) -> str | None:
+    """The root ``.git`` symlink's target as recorded while sandboxed commands run (a command may
+    have removed the link itself meanwhile), or None."""
+    try:
+        with open_state_dir(root, create=False) as state:
+            return _recorded(state.fd)
+    except (OSError, ValueError, PermissionDenied):
+        return None
+
+
+def _recorded(state_fd: int) -> str | None:
+    try:
+        data = read_regular_at(state_fd, LINK_RECORD, MAX_LINK_BYTES)
+    except (OSError, ValueError):
+        return None
+    return os.fsdecode(data) if data else None
+
+
+def _record_link(state_fd: int, link: str) -> None:
+    if _recorded(state_fd) != link:
+        with contextlib.suppress(OSError):
+            atomic_write_at(state_fd, LINK_RECORD, os.fsencode(link), mode=0o600)
+
+
+def _forget_link(root: str) -> None:
+    with (
+        contextlib.suppress(OSError, ValueError, PermissionDenied),
+        open_state_dir(root, create=False) as state,
+    ):
+        os.unlink(LINK_RECORD, dir_fd=state.fd)
+
+
 def _make_placeholder(root_fd: int) -> None:
     try:
         os.mkdir(GIT_DIR, PLACEHOLDER_MODE, dir_fd=root_fd)
@@ -177,8 +239,10 @@ def _entry(root_fd: int) -> RootGit | None:
         st = os.lstat(GIT_DIR, dir_fd=root_fd)
     except FileNotFoundError:
         return None
-    link = os.readlink(GIT_DIR, dir_fd=root_fd) if stat_mod.S_ISLNK(st.st_mode) else None
-    return RootGit(stat_mod.S_IFMT(st.st_mode), st.st_dev, st.st_ino, link, is_placeholder(st))
+    if stat_mod.S_ISLNK(st.st_mode):
+        # A link is what it names: one recreated with the same target (``enter``) is the same link.
+        return RootGit(stat_mod.S_IFLNK, 0, 0, os.readlink(GIT_DIR, dir_fd=root_fd))
+    return RootGit(stat_mod.S_IFMT(st.st_mode), st.st_dev, st.st_ino, None, is_placeholder(st))
 
 
 def _quarantine(root: str, root_fd: int) -> str:
