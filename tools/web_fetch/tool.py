@@ -12,7 +12,8 @@ Invariants:
   request/body I/O failures, 408 and 5xx → ``transport{op}``; 429 → ``rate_limited`` with the
   parsed ``Retry-After``; the call's ``timeout`` → ``timeout{op, duration_ms}``; other statuses
   are plain failures naming the status. A 200 page that *says* "429" is content.
-- Extraction (CPU-bound) runs in a thread; the converted document is kept in a small per-session
+- HTML conversion (CPU-bound, and quadratic on some hostile pages) runs in a child process
+  (``convert.py``) that the call's deadline or cancel kills; the converted document is kept in a small per-session
   cache (``cache.py``) so paging through it with ``offset`` reads one consistent copy without
   fetching again.
 """
@@ -20,8 +21,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,22 +30,19 @@ from kernel.context import ToolContext
 from kernel.errors import Timeout, ToolError
 from kernel.result import ToolResult
 from kernel.spec import ToolSpec
-from tools._offthread import abandon
 from tools.net import MAX_REDIRECTS, SafeUrl, parse_url, read_body, safe_http, status_error
 from tools.net.client import TooManyRedirects
 from tools.net.urls import redact_url_arg
 from tools.web_fetch.cache import CachedDoc, FetchCache
-from tools.web_fetch.extract import classify, meta_refresh, render, title_of
+from tools.web_fetch.convert import convert
+from tools.web_fetch.extract import classify, meta_refresh
 from tools.web_fetch.paging import DEFAULT_MAX_CHARS, page
 
 NAME = "web_fetch"
 MAX_BODY_BYTES = 5 * 1024 * 1024
 DEFAULT_TIMEOUT_S = 30
 MAX_TIMEOUT_S = 120
-EXTRACT_GRACE_S = 2.0
 ACCEPT = "text/html,application/xhtml+xml,text/plain;q=0.9,application/json;q=0.8,*/*;q=0.5"
-
-T = TypeVar("T")
 
 
 class Params(BaseModel):
@@ -78,16 +75,6 @@ def _host(params: Params) -> str | None:
         return None
 
 
-async def _in_thread(fn: Callable[[], T]) -> T:
-    fut = asyncio.get_running_loop().run_in_executor(None, fn)
-    try:
-        return await asyncio.shield(fut)
-    except asyncio.CancelledError:
-        abandon(fut)  # an extraction failing after the call ended: retrieved, not logged as stray
-        await asyncio.wait([fut], timeout=EXTRACT_GRACE_S)
-        raise
-
-
 async def _fetch(ctx: ToolContext, params: Params, url: SafeUrl) -> CachedDoc:
     """Fetch (following redirects and meta refreshes) and convert; raises typed errors."""
     http = safe_http(ctx, timeout=float(params.timeout))
@@ -118,8 +105,10 @@ async def _fetch(ctx: ToolContext, params: Params, url: SafeUrl) -> CachedDoc:
                     current = nxt
                     continue
             break
-    text = await _in_thread(lambda: render(doc, params.format, params.body_only, str(final.url)))
-    title = title_of(doc.text) if doc.kind == "html" else None
+    if doc.kind == "html":  # in a child the deadline kills: parsers have quadratic paths
+        text, title = await convert(doc.text, params.format, params.body_only, str(final.url), NAME)
+    else:
+        text, title = doc.text, None
     return CachedDoc(
         text=text,
         final_anchor=final.anchor,

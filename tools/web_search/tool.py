@@ -185,8 +185,8 @@ def _flight_key(
 async def _full_texts(
     http: SafeHttp, report: CascadeReport, limit: int, max_bytes: int, left: float
 ) -> dict[str, str]:
+    from tools.web_fetch.convert import convert
     from tools.web_fetch.extract import classify
-    from tools.web_fetch.extract import render as render_page
 
     gate = asyncio.Semaphore(FULL_TEXT_CONCURRENCY)
 
@@ -200,7 +200,9 @@ async def _full_texts(
                         ctype = got.response.headers.get("content-type")
                         body = await read_body(got.response, FULL_TEXT_PAGE_BYTES, NAME, got.url)
                     page = classify(body, ctype)
-                    text = await asyncio.to_thread(render_page, page, "text", True, url)
+                    text = page.text  # HTML: in a child the timeout kills (quadratic parser paths)
+                    if page.kind == "html":
+                        text = (await convert(page.text, "text", True, url, NAME))[0]
             except Exception:  # a page we cannot read simply has no full_text
                 return url, None
             return url, text.encode("utf-8")[:max_bytes].decode("utf-8", "ignore")

@@ -1,0 +1,223 @@
+"""HTML conversion in a child process the call can kill (SPEC W-6, K-6; docs/network.md).
+
+trafilatura, lxml and html2text run on bytes a hostile server chose, and some of their paths are
+quadratic: one table row of 100,000 cells (1 MiB) took trafilatura 82 s of CPU, a 5 MiB one (extrapolated) about
+half an hour. In a thread, a timed-out ``web_fetch`` walked away and the conversion went on —
+burning a core and holding a default-executor thread, which every ``getaddrinfo`` and
+``to_thread`` of the process shares: a few such calls starved the whole host. Here the
+conversion runs in ``convert_child.py``, and a call that ends (deadline, cancel) kills its child.
+
+Invariants:
+
+- ``convert`` takes an idle child or starts one, sends one job and waits for the answer in the
+  default executor (that thread waits only on the child's pipe, so killing the child frees it);
+  a pooled child found dead on the way (the OOM killer, say) is replaced by a fresh one, once;
+- a child that answered goes back to the pool (at most ``MAX_IDLE``) unless it retires (its heap
+  grew past ``convert_child.RETIRE_RSS_BYTES``: it exits and is reaped); a child whose call was
+  cancelled, timed out or failed is killed (its process group) and reaped, never reused;
+- a child that died or answered garbage is ``transport{op}``; a conversion error is a failure
+  naming it; nothing raised here is untyped;
+- a fork of this process (a Celery prefork child) starts with an empty pool and closes its copies
+  of the parent's pipes; ``atexit`` kills the idle children.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import json
+import os
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+from kernel.errors import ToolError, Transport
+from tools._offthread import abandon
+
+CHILD = Path(__file__).resolve().parent / "convert_child.py"
+ROOT = Path(__file__).resolve().parents[2]
+HEADER = struct.Struct("!I")
+MAX_IDLE = 2
+MAX_REPLY_BYTES = 256 * 1024 * 1024
+REAP_TIMEOUT_S = 2.0
+
+
+class _Pool:
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.idle: list[subprocess.Popen[bytes]] = []
+        self.lock = threading.Lock()
+        self.started = 0
+
+    def take(self, fresh: bool = False) -> subprocess.Popen[bytes]:
+        """An idle child that is still alive (unless ``fresh``), else a new one (blocking: call it
+        off the loop)."""
+        with self.lock:
+            while self.idle and not fresh:
+                proc = self.idle.pop()
+                if proc.poll() is None:
+                    return proc
+                _discard(proc)
+            self.started += 1
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+        return subprocess.Popen(
+            [sys.executable, "-I", str(CHILD), str(ROOT)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            cwd="/",
+            close_fds=True,
+            start_new_session=True,
+        )
+
+    def give_back(self, proc: subprocess.Popen[bytes]) -> None:
+        with self.lock:
+            if os.getpid() == self.pid and len(self.idle) < MAX_IDLE and proc.poll() is None:
+                self.idle.append(proc)
+                return
+        _kill(proc)
+        _discard(proc)
+
+    def shutdown(self) -> None:
+        with self.lock:
+            idle, self.idle = self.idle, []
+        for proc in idle:
+            _kill(proc)
+            _discard(proc)
+
+
+_POOL: _Pool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def pool() -> _Pool:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL.pid != os.getpid():
+            _POOL = _Pool()
+        return _POOL
+
+
+def _after_fork() -> None:
+    global _POOL
+    if _POOL is not None:
+        for proc in _POOL.idle:  # the parent's children: close our copies, never wait on them
+            _close_pipes(proc)
+            proc.returncode = 0
+    _POOL = None
+
+
+def _at_exit() -> None:
+    if _POOL is not None and _POOL.pid == os.getpid():
+        _POOL.shutdown()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+atexit.register(_at_exit)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, 9)
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+
+
+def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+
+
+def _discard(proc: subprocess.Popen[bytes]) -> None:
+    _close_pipes(proc)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=REAP_TIMEOUT_S)
+
+
+def _read_exact(pipe: IO[bytes], n: int) -> bytes:
+    data = pipe.read(n)
+    if data is None or len(data) != n:
+        raise EOFError("the conversion process ended without an answer")
+    return data
+
+
+def _exchange(proc: subprocess.Popen[bytes], job: bytes) -> dict[str, Any]:
+    """Send one job, read its answer (blocking; ends with an error when the child is killed)."""
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(HEADER.pack(len(job)) + job)
+    proc.stdin.flush()
+    (size,) = HEADER.unpack(_read_exact(proc.stdout, HEADER.size))
+    if size > MAX_REPLY_BYTES:
+        raise ValueError(f"an answer of {size} bytes")
+    reply = json.loads(_read_exact(proc.stdout, size))
+    if not isinstance(reply, dict):
+        raise ValueError("an answer that is not an object")
+    return reply
+
+
+async def convert(html: str, fmt: str, body_only: bool, url: str, op: str) -> tuple[str, str | None]:
+    """``html`` as ``fmt`` (``extract.render``) and its title, converted in a killable child."""
+    shared = pool()
+    job = json.dumps({"html": html, "fmt": fmt, "body_only": body_only, "url": url}).encode("utf-8")
+    try:
+        proc, reply = await _run(shared, job, fresh=False)
+    except (OSError, EOFError):  # an idle child may have died (OOM killer) since it was pooled
+        try:
+            proc, reply = await _run(shared, job, fresh=True)
+        except (OSError, ValueError, EOFError) as exc:
+            raise Transport(f"{op}: converting the page failed: {exc}", op=op) from None
+    except ValueError as exc:
+        raise Transport(f"{op}: converting the page failed: {exc}", op=op) from None
+    if not reply.get("ok"):
+        _stop(proc, None)
+        raise ToolError(f"{op}: could not convert the page: {reply.get('error')}")
+    text, title = reply.get("text"), reply.get("title")
+    if not isinstance(text, str) or not (title is None or isinstance(title, str)):
+        _stop(proc, None)
+        raise Transport(f"{op}: the conversion process answered garbage", op=op)
+    if reply.get("retire"):  # it exits after a big page rather than idle on a grown heap
+        threading.Thread(target=_discard, args=(proc,), daemon=True).start()
+    else:
+        shared.give_back(proc)
+    return text, title
+
+
+async def _run(shared: _Pool, job: bytes, fresh: bool) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+    """One exchange with a child; on any failure or cancel the child is killed and reaped."""
+    loop = asyncio.get_running_loop()
+    proc: subprocess.Popen[bytes] | None = None
+    fut: asyncio.Future[dict[str, Any]] | None = None
+    try:
+        started = loop.run_in_executor(None, shared.take, fresh)
+        try:
+            proc = await asyncio.shield(started)
+        except asyncio.CancelledError:
+            started.add_done_callback(_kill_started)
+            raise
+        fut = loop.run_in_executor(None, _exchange, proc, job)
+        return proc, await asyncio.shield(fut)
+    except BaseException:  # failed, cancelled or timed out: the conversion must not go on
+        _stop(proc, fut)
+        raise
+
+
+def _stop(proc: subprocess.Popen[bytes] | None, fut: asyncio.Future[Any] | None) -> None:
+    """Kill the child now; its exchange thread then ends on EOF and its outcome is retrieved."""
+    if fut is not None:
+        abandon(fut)
+    if proc is not None:
+        _kill(proc)
+        threading.Thread(target=_discard, args=(proc,), daemon=True).start()
+
+
+def _kill_started(fut: asyncio.Future[subprocess.Popen[bytes]]) -> None:
+    if not fut.cancelled() and fut.exception() is None:
+        _stop(fut.result(), None)
