@@ -33,6 +33,7 @@ import redis.asyncio as aioredis
 
 from config.settings import Settings
 from flows.workflow import StepCall, check_run_id
+from flows.workflow import log as file_log
 from flows.workflow.events import digest
 from flows.workflow.log import GroupCommit
 from kernel.errors import Transport, VersionConflict
@@ -138,6 +139,7 @@ class RedisEventLog:
         self.token = token
         self._renewer = asyncio.ensure_future(self._renew())
         self._commits = GroupCommit(self._write)
+        self._size: int | None = None  # bytes of the stream's envelopes (the lock holder is its only writer)
 
     async def _renew(self) -> None:
         while True:
@@ -147,24 +149,31 @@ class RedisEventLog:
 
     async def load(self) -> list[dict[str, Any]]:
         try:
-            return await _load(self.client, self.key)
+            envelopes, self._size = await _load_sized(self.client, self.key)
         except CONNECTION_ERRORS as exc:
             raise Transport(f"workflow log: redis unreachable: {exc}", op="redis") from exc
+        return envelopes
 
     def submit(self, envelope: dict[str, Any]) -> Awaitable[None]:
         return self._commits.submit(envelope)
 
     async def _write(self, envelopes: list[dict[str, Any]]) -> None:
+        # The same cap as the file log (MAX_LOG_BYTES): every resume reads the stream whole.
+        texts = [_envelope_text(env) for env in envelopes]
+        size = sum(len(t.encode()) for t in texts)
         try:
+            if self._size is None:
+                _, self._size = await _load_sized(self.client, self.key)
+            if self._size + size > file_log.MAX_LOG_BYTES:
+                raise file_log.history_full(self._size + size)
             async with self.client.pipeline(transaction=True) as pipe:
-                for env in envelopes:
-                    pipe.xadd(
-                        self.key, {"envelope": json.dumps(env, separators=(",", ":"), ensure_ascii=False)}
-                    )
+                for text in texts:
+                    pipe.xadd(self.key, {"envelope": text})
                 pipe.pexpire(self.key, LOG_TTL_MS)
                 await pipe.execute()
         except CONNECTION_ERRORS as exc:
             raise Transport(f"workflow log: cannot append to {self.key}: {exc}", op="redis") from exc
+        self._size += size
 
     async def close(self) -> None:
         await self._commits.drain()
@@ -176,16 +185,35 @@ class RedisEventLog:
         await self.client.aclose()
 
 
+def _envelope_text(env: dict[str, Any]) -> str:
+    text = json.dumps(env, separators=(",", ":"), ensure_ascii=False)
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        # A lone surrogate (a step's output naming a file that is not UTF-8): redis-py encodes
+        # strictly, so escape it; json.loads reads it back the same.
+        return json.dumps(env, separators=(",", ":"))
+    return text
+
+
 async def _load(client: aioredis.Redis, key: str) -> list[dict[str, Any]]:
+    return (await _load_sized(client, key))[0]
+
+
+async def _load_sized(client: aioredis.Redis, key: str) -> tuple[list[dict[str, Any]], int]:
+    """The stream's envelopes and their bytes (what counts against ``MAX_LOG_BYTES``)."""
     out: list[dict[str, Any]] = []
+    size = 0
     for _id, fields in await client.xrange(key, "-", "+"):
+        text = fields.get("envelope", "")
+        size += len(text.encode()) if isinstance(text, str) else len(text)
         try:
-            item = json.loads(fields.get("envelope", ""))
+            item = json.loads(text)
         except ValueError:
             continue
         if isinstance(item, dict):
             out.append(item)
-    return out
+    return out, size
 
 
 def fleet_workflow_logs(settings: Settings) -> RedisEventLogs:

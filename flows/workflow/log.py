@@ -215,7 +215,7 @@ class FileEventLog:
             lines.append(line)
         data = b"".join(lines)
         if self._size + len(data) > MAX_LOG_BYTES:
-            raise _history_full(self._size + len(data))
+            raise history_full(self._size + len(data))
         await asyncio.to_thread(_append_lines, self._fd, data)  # one write + fsync, off the loop
         self._size += len(data)
 
@@ -234,7 +234,7 @@ def _append_lines(fd: int, data: bytes) -> None:
     os.fsync(fd)
 
 
-def _history_full(size: int) -> BudgetExhausted:
+def history_full(size: int) -> BudgetExhausted:
     return BudgetExhausted(
         f"workflow history would be {size} bytes, over {MAX_LOG_BYTES}: start a new run id, and keep "
         "steps' outputs small (return references, not raw output)",
@@ -246,7 +246,7 @@ def _history_full(size: int) -> BudgetExhausted:
 def _read_lines(fd: int) -> list[dict[str, Any]]:
     size = os.fstat(fd).st_size
     if size > MAX_LOG_BYTES:
-        raise _history_full(size)  # never read whole into memory
+        raise history_full(size)  # never read whole into memory
     data = os.pread(fd, size, 0)
     out: list[dict[str, Any]] = []
     for raw in data.split(b"\n"):
