@@ -15,7 +15,7 @@ import pytest
 
 from kernel.options import SessionOptions
 from tests.tools import search_pages as P
-from tests.tools.netserver import LoopbackServer, send, static
+from tests.tools.netserver import LoopbackServer, redirect, send, static
 from tests.tools.socks5server import Socks5Server
 from tools.web_search.config import DEFAULT_ENGINE_URLS, SearchConfig
 from tools.web_search.engines import automatic_engines, resolve_engine
@@ -630,3 +630,34 @@ def test_w4_searches_through_one_proxy_with_different_credentials_do_not_share_a
         key("socks5://proxy.example.com:1080"),
     }
     assert alice not in others and len(others) == 3
+
+
+@pytest.mark.parametrize(
+    ("engine", "header"), [("brave_api", "x-subscription-token"), ("tavily", "authorization")]
+)
+def test_w1_an_api_key_never_follows_a_redirect_to_another_origin(
+    agent, tmp_path, server, engine, header
+) -> None:
+    """Brave's key travels in ``X-Subscription-Token``, which a cross-origin hop did not drop (only
+    ``Authorization``, ``Proxy-Authorization``, ``Cookie`` and ``If-Range`` were): a redirect from
+    the API's endpoint handed the operator's key to whatever host it named."""
+    secret = "operator-key-0123456789"
+    elsewhere = LoopbackServer("127.0.0.2")
+    try:
+        elsewhere.route("/landing", static(200, "{}", content_type="application/json"))
+        server.route("/api", redirect(elsewhere.url("/landing"), status=307))
+        cfg = replace(
+            config_for(server, **{engine: server.url("/api?q={query}&count={limit}")}),
+            api_keys={engine: secret},
+        )
+        services = {"web_search": cfg}
+        options = SessionOptions(net_allow=("127.0.0.1", "127.0.0.2"), services=services)
+        s = agent.session(tmp_path, options)
+        s.tool("web_search", {"query": P.QUERY, "engines": [engine], "format": "json"})
+        assert secret in server.hits("/api")[0].headers[header]  # sent to the configured endpoint
+        landed = elsewhere.hits("/landing")
+        assert landed, "the redirect was not followed"
+        assert all(header not in hit.headers for hit in landed), landed[0].headers
+        assert all(secret not in json.dumps(hit.headers) for hit in landed)
+    finally:
+        elsewhere.close()

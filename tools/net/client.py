@@ -8,8 +8,9 @@ Invariants:
 - Redirects are followed here, by hand, never by httpx: at most ``MAX_REDIRECTS`` hops (a caller
   may pass in hops already spent, e.g. ``web_fetch``'s meta refresh); each intermediate response is
   closed; 303 (and 301/302 after a POST) become GET without a body. A hop to another origin
-  (scheme, host or port) drops ``Authorization``, ``Proxy-Authorization``, ``Cookie`` and
-  ``If-Range``; the per-call cookie jar only ever sends a cookie back to the domain that set it.
+  (scheme, host or port) drops ``Authorization``, ``Proxy-Authorization``, ``Cookie``,
+  ``If-Range`` and the API-key headers ``X-Subscription-Token`` and ``X-API-Key``; the per-call
+  cookie jar only ever sends a cookie back to the domain that set it.
 - Proxies (http, https, socks5; ``proxy.py``): a request-level proxy (``web_search``'s ``proxy``) or
   the environment's ``HTTP(S)_PROXY``/``ALL_PROXY`` (honouring ``NO_PROXY``) — read once at the
   process edge into ``ProxySettings``. Through a proxy the proxy resolves names, so only the literal
@@ -43,7 +44,16 @@ from tools.net.urls import SafeUrl, parse_url
 
 MAX_REDIRECTS = 10
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-CROSS_ORIGIN_DROPPED = ("authorization", "proxy-authorization", "cookie", "if-range")
+# Credentials never follow a hop to another origin: the standard ones, and the API-key headers
+# our callers send (Brave's X-Subscription-Token went to whatever host a redirect named).
+CROSS_ORIGIN_DROPPED = (
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "if-range",
+    "x-subscription-token",
+    "x-api-key",
+)
 BODY_HEADERS = ("content-type", "content-length", "content-encoding", "transfer-encoding")
 DEFAULT_USER_AGENT = "a3s-fleet/0.1 (+https://github.com/a3s-lab)"
 PROXY_AUTH_REQUIRED = 407
