@@ -22,6 +22,7 @@ import pytest
 
 from flows.workflow import driver, log
 from orchestrator import Agent
+from tools.program import vm
 from tools.program.vm import MAX_PENDING_REQUESTS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,3 +141,36 @@ def test_f3_f7_a_run_history_is_capped_on_disk_and_never_read_whole_past_it(
     monkeypatch.setattr(log, "MAX_LOG_BYTES", 16 * 1024)  # a log already past the cap is not read
     refused = s.workflow(source=src, run_id="hist")
     assert refused.exit_code == 1 and refused.error_kind == full
+
+
+def test_f7_a_script_that_keeps_re_asking_the_host_ends_typed_not_at_the_deadline(
+    agent: Agent, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rejected request caught in a loop, or a finished step asked for again and again: each a
+    host round trip, ~40 % of a host core, until the deadline (up to 24 h) before. The real cap is
+    100 000 requests per run; 500 here keeps the test short."""
+    monkeypatch.setattr(vm, "MAX_REQUESTS", 500)
+    s = agent.session(workspace)
+    spins = {
+        "rejected": "for (;;) { try { await wf.step('', 'ls', {}) } catch (e) {} }",
+        "repeated": "for (;;) await wf.step('a', 'ls', {});",
+    }
+    for name, body in spins.items():
+        result = s.workflow(
+            source=f"async function run(wf) {{ {body} }}", run_id=f"spin-{name}", limits={"timeout_ms": 30000}
+        )
+        assert result.error_kind == {
+            "type": "budget_exhausted",
+            "resource": "requests",
+            "reason": "max_requests",
+        }
+        assert _types(workspace, f"spin-{name}")[-1] == "run_failed"
+    program = s.program(
+        source="async function run(ctx) { for (;;) { try { await ctx.tool('', {}) } catch (e) {} } }",
+        limits={"timeoutMs": 30000},
+    )
+    assert program.error_kind == {
+        "type": "budget_exhausted",
+        "resource": "requests",
+        "reason": "max_requests",
+    }

@@ -19,7 +19,8 @@ program bridge or the workflow driver). Invariants:
   cannot encode them as UTF-8;
 - host memory per run is bounded whatever the script queues: at most ``MAX_PENDING_REQUESTS``
   requests are outstanding at once (more ends the run, ``budget_exhausted{resource:
-  "pending_requests"}``), and replies are written in lines of about ``REPLY_LINE_BYTES`` with the
+  "pending_requests"}``) and ``MAX_REQUESTS`` are sent in all (``resource: "requests"``), and
+  replies are written in lines of about ``REPLY_LINE_BYTES`` with the
   pipe's flow control — a script awaiting one large step ten thousand times never has ten thousand
   copies of its output serialised at once.
 """
@@ -53,6 +54,11 @@ MAX_LINE_BYTES = 8 * 1024 * 1024
 # Requests a script may have outstanding at once: a workflow's Promise.all of every step it may
 # create (``MAX_STEPS``). Each costs the host a task (~KiBs) and, when answered, a reply.
 MAX_PENDING_REQUESTS = 10_000
+# Requests in one run, answered or not. A program makes at most 1000 tool calls and a workflow
+# asks for at most 10 000 distinct steps; a loop re-asking the host (a rejected request caught, a
+# finished step asked for again) costs the host ~0.4 s of CPU per 1000 round trips and used to
+# run until the deadline (a workflow's is up to 24 h).
+MAX_REQUESTS = 100_000
 REPLY_LINE_BYTES = 1024 * 1024  # replies are grouped into lines of about this size
 WRITE_HIGH_WATER = 4 * 1024 * 1024  # bytes queued to the child's stdin before the host waits
 # A JSON escape of a UTF-16 surrogate, or one encoded in CESU/WTF-8 bytes: the only ways a lone
@@ -115,6 +121,7 @@ class _Channel:
         self.reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
         self.writer: asyncio.WriteTransport | None = None
         self.flow = _FlowControl()
+        self.requests = 0  # every request the child sent in this run (MAX_REQUESTS)
         self._transports: list[asyncio.BaseTransport] = []
         self.stderr = bytearray()
 
@@ -213,12 +220,24 @@ def _lone(text: str) -> bool:
     return False
 
 
-def _flooded() -> VmOutcome:
-    err = BudgetExhausted(
-        f"the script has more than {MAX_PENDING_REQUESTS} host requests outstanding at once",
-        resource="pending_requests",
-        reason="max_pending_requests",
-    )
+def _admit(channel: _Channel, pending: int, new: int) -> VmOutcome | None:
+    """``None`` when ``new`` more requests fit the run's caps, else the outcome that ends it."""
+    channel.requests += new
+    if pending + new > MAX_PENDING_REQUESTS:
+        err = BudgetExhausted(
+            f"the script has more than {MAX_PENDING_REQUESTS} host requests outstanding at once",
+            resource="pending_requests",
+            reason="max_pending_requests",
+        )
+    elif channel.requests > MAX_REQUESTS:
+        err = BudgetExhausted(
+            f"the script sent more than {MAX_REQUESTS} host requests (a loop re-asking the host "
+            "instead of computing)",
+            resource="requests",
+            reason="max_requests",
+        )
+    else:
+        return None
     return VmOutcome(False, kind="aborted", error=err.message, value=err)
 
 
@@ -349,8 +368,9 @@ async def _run_batches(
         calls = msg.get("calls")
         if msg.get("t") != "calls" or not isinstance(calls, list):
             return VmOutcome(False, kind="protocol", error="unexpected message from the VM")
-        if len(calls) > MAX_PENDING_REQUESTS:
-            return _flooded()
+        refused = _admit(channel, 0, len(calls))
+        if refused is not None:
+            return refused
         try:
             async with asyncio.timeout_at(deadline):
                 replies = await handle(calls)
@@ -378,8 +398,9 @@ def _on_message(
     if kind != "calls" or not isinstance(msg.get("calls"), list):
         return VmOutcome(False, kind="protocol", error="unexpected message from the VM")
     calls = msg["calls"]
-    if len(handlers) + len(calls) > MAX_PENDING_REQUESTS:
-        return _flooded()  # each request would hold a host task until answered: bounded
+    refused = _admit(channel, len(handlers), len(calls))  # each holds a host task until answered
+    if refused is not None:
+        return refused
     batches = [[c] for c in calls] if per_call else [calls]
     for batch in batches:
         handlers.add(asyncio.ensure_future(handle(batch)))
