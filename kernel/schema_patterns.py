@@ -139,14 +139,16 @@ def _additional_properties(
 
 @functools.lru_cache(maxsize=8)
 def linear_validator(cls: Any) -> Any:
-    """``cls`` (a jsonschema draft validator) with its pattern keywords matched by RE2."""
+    """``cls`` (a jsonschema draft validator) with its pattern keywords matched by RE2 and every
+    keyword counted against the budget of ``kernel.schema_steps.bounded_errors``."""
     from jsonschema import validators
 
-    return validators.extend(
-        cls,
-        {
-            "pattern": _pattern,
-            "patternProperties": _pattern_properties,
-            "additionalProperties": _additional_properties,
-        },
-    )
+    from kernel.schema_steps import counted
+
+    keywords = {
+        **cls.VALIDATORS,
+        "pattern": _pattern,
+        "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties,
+    }
+    return validators.extend(cls, {name: counted(fn) for name, fn in keywords.items()})

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from kernel.capabilities import ToolCapabilities
 from kernel.errors import InvalidArgument
 from kernel.schema_patterns import check_patterns, linear_validator
+from kernel.schema_steps import bounded_errors
 
 if TYPE_CHECKING:
     import jsonschema
@@ -166,7 +167,8 @@ class ToolSpec:
             return args
         validator = self._validator
         assert validator is not None
-        errors = sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path))
+        # Within a step budget linear in the arguments: a schema's $ref tree can be exponential.
+        errors = sorted(bounded_errors(validator, args), key=lambda e: list(e.absolute_path))
         if errors:
             lines = [
                 f"{_pointer(list(e.absolute_path))}: {e.message}" for e in errors[:MAX_VALIDATION_ERRORS]

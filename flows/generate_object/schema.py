@@ -34,8 +34,10 @@ class ObjectSchema:
 
     def errors(self, value: Any) -> list[str]:
         """``"<path>: <message>"`` for each way ``value`` fails the schema (empty when it is valid)."""
+        from kernel.schema_steps import bounded_errors  # a costly schema: invalid_argument (K-8)
+
         found = sorted(
-            self._validator.iter_errors(value), key=lambda e: (len(e.absolute_path), str(e.message))
+            bounded_errors(self._validator, value), key=lambda e: (len(e.absolute_path), str(e.message))
         )
         return [f"{e.json_path}: {_short(e.message)}" for e in found[:MAX_REPORTED_ERRORS]]
 

@@ -163,11 +163,16 @@ def structured_answer(text: str, schema: dict[str, Any]) -> tuple[Any, list[str]
     import jsonschema  # on first use: session builds stay free of it (CLI start-up, issue 13 item 7)
 
     from kernel.schema_patterns import linear_validator  # the model wrote both: RE2, not re (K-4)
+    from kernel.schema_steps import ValidationTooCostly, bounded_errors
 
     validator = linear_validator(jsonschema.Draft202012Validator)(schema)
+    try:
+        found = bounded_errors(validator, value)  # a $ref tree can be exponential: bounded (K-8)
+    except ValidationTooCostly as exc:
+        return value, [f"$: {exc.message}"]
     errors = [
         f"{'/' + '/'.join(str(p) for p in e.absolute_path) if e.absolute_path else '$'}: {e.message}"
-        for e in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+        for e in sorted(found, key=lambda e: list(e.absolute_path))
     ]
     return value, errors[:MAX_SCHEMA_ERRORS]
 
