@@ -99,9 +99,10 @@ class AnthropicMessagesProvider:
         except ResponseTooLarge as exc:
             raise exc.error() from None
         except anthropic.APIStatusError as exc:
+            detail = body_detail(exc.body, self._env["ANTHROPIC_API_KEY"])
             if exc.status_code == 200:  # an `error` event inside the stream: its typed `type` decides
-                raise stream_error(body_error_type(exc.body), body_detail(exc.body)) from None
-            raise status_error(exc.status_code, exc.response.headers, body_detail(exc.body)) from None
+                raise stream_error(body_error_type(exc.body), detail) from None
+            raise status_error(exc.status_code, exc.response.headers, detail) from None
         except anthropic.APITimeoutError:
             raise timeout_error(started) from None
         except (anthropic.APIConnectionError, httpx2.TransportError) as exc:

@@ -121,8 +121,21 @@ def transport_error(exc: BaseException) -> Transport:
     return Transport(f"model API connection failed ({type(exc).__name__})", op=OP)
 
 
-def body_detail(body: Any) -> str:
-    """A short human-readable message from an API error body (for the message only)."""
+# A key shorter than this is no secret worth hiding (and would blot out common words).
+MIN_SECRET_CHARS = 8
+
+
+def body_detail(body: Any, secret: str = "") -> str:
+    """A short human-readable message from an API error body (for the message only). ``secret``,
+    the provider's API key, is blotted out: a proxy that echoes the key it was sent (``invalid key
+    …``) would otherwise put it in the run's result and its ``run_end`` event."""
+    detail = _detail(body)
+    if len(secret) >= MIN_SECRET_CHARS and secret in detail:
+        detail = detail.replace(secret, "[REDACTED]")
+    return detail
+
+
+def _detail(body: Any) -> str:
     if isinstance(body, dict):
         err = body.get("error", body)
         if isinstance(err, dict):

@@ -100,7 +100,7 @@ class OpenAIChatProvider:
         except ResponseTooLarge as exc:
             raise exc.error() from None
         except openai.APIStatusError as exc:
-            raise _status_error(exc) from None
+            raise _status_error(exc, self._env["OPENAI_API_KEY"]) from None
         except openai.APITimeoutError:
             raise timeout_error(started) from None
         except (openai.APIConnectionError, httpx2.TransportError) as exc:
@@ -108,7 +108,8 @@ class OpenAIChatProvider:
                 raise big.error() from None
             raise transport_error(exc) from None
         except openai.APIError as exc:  # an error object inside a 200 stream
-            raise stream_error(body_error_type(exc.body), body_detail(exc.body)) from None
+            key = self._env["OPENAI_API_KEY"]
+            raise stream_error(body_error_type(exc.body), body_detail(exc.body, key)) from None
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         params: dict[str, Any] = {"model": self.model, "messages": wire_messages(request)}
@@ -183,8 +184,8 @@ def wire_messages(request: ModelRequest) -> list[dict[str, Any]]:
     return out
 
 
-def _status_error(exc: openai.APIStatusError) -> Exception:
-    return status_error(exc.status_code, exc.response.headers, body_detail(exc.body))
+def _status_error(exc: openai.APIStatusError, key: str) -> Exception:
+    return status_error(exc.status_code, exc.response.headers, body_detail(exc.body, key))
 
 
 def _usage(raw: Any) -> Usage:
