@@ -252,6 +252,8 @@ class _Run:
 
     async def handle(self, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
         call = batch[0]
+        if not isinstance(call, dict):
+            return []  # not a request the prelude makes (a forged line): nothing waits for it
         cid = call.get("id")
         try:
             step_id, tool, args = _parse(call)

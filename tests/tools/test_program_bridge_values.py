@@ -113,3 +113,24 @@ def test_p4_k8_a_search_mode_that_is_not_a_string_is_refused_typed(agent: Agent,
         allowed_tools=["grep", "batch"],
     )
     assert batched.error_kind == {"type": "permission_denied", "reason": "program_allow_list"}, batched.output
+
+
+def test_k8_a_forged_done_or_calls_line_ends_typed_not_as_an_internal_error(
+    agent: Agent, workspace: Path
+) -> None:
+    """The prelude builds its lines with the script-replaceable JSON.stringify: `logs` that is not a
+    list, or a request that is not an object, raised TypeError/AttributeError in the host before
+    (internal_error; a workflow's history got no terminal event)."""
+    s = agent.session(workspace)
+    forge_logs = "const real = JSON.stringify; JSON.stringify = v => Array.isArray(v) ? '5' : real(v);"
+    program = s.program(source=f"async function run() {{ {forge_logs} return 1 }}")
+    assert program.exit_code == 0 and program.metadata["script_result"] == 1, program.output
+    workflow = s.workflow(source=f"async function run() {{ {forge_logs} return 1 }}", run_id="forged-logs")
+    assert workflow.exit_code == 0 and workflow.metadata["output"] == 1, workflow.output
+    forge_calls = """async function run(wf) {
+      const real = JSON.stringify;
+      JSON.stringify = v => Array.isArray(v) && v.length && v[0].kind === 'step' ? '[5, "x", ' + real(v).slice(1) : real(v);
+      return (await wf.step('a', 'ls', {})).exitCode;
+    }"""
+    calls = s.workflow(source=forge_calls, run_id="forged-calls")
+    assert calls.exit_code == 0 and calls.metadata["output"] == 0, calls.output

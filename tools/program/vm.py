@@ -447,7 +447,8 @@ def _crashed(proc: subprocess.Popen[bytes], channel: _Channel, what: str) -> VmO
 
 
 def _finished(msg: dict[str, Any]) -> VmOutcome:
-    logs = [str(x) for x in msg.get("logs") or []][:1000]
+    raw_logs = msg.get("logs")  # untrusted: a script's JSON.stringify may have made it anything
+    logs = [str(x) for x in raw_logs[:1000]] if isinstance(raw_logs, list) else []
     result = msg.get("result")
     if isinstance(result, dict):
         if result.get("ok"):
