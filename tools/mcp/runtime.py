@@ -15,6 +15,7 @@ session that names a server; stopped when the worker's runtime closes).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Iterable
@@ -29,6 +30,10 @@ from tools.mcp.specs import build_spec, surface_name
 
 log = logging.getLogger(__name__)
 RETRY_FAILED_START_S = 30.0
+# All of one server's tool definitions (name, description, schema as JSON): they go out with every
+# model request. 1,024 tools of 256 KiB schemas each were 256 MiB a request; 4 MiB is already about
+# a million tokens, past any model's context.
+MAX_SERVER_SURFACE_BYTES = 4 * 1024 * 1024
 
 
 class McpServers:
@@ -83,6 +88,7 @@ class McpServers:
         self._failed_at.pop(name, None)
         specs: list[ToolSpec] = []
         seen: set[str] = set()
+        surface_bytes = 0  # what this server's tools add to every model request
         if conn.truncated_listing:
             self._warn(f"MCP server {name!r} lists more tools than the {len(tools)} kept")
         for tool in tools:
@@ -102,6 +108,14 @@ class McpServers:
             except Exception as exc:  # a bad schema (SchemaRefused, jsonschema's SchemaError, …)
                 self._warn(f"MCP server {name!r}: tool {tool.name[:200]!r} skipped: {_reason(exc)}")
                 continue
+            size = len(json.dumps(spec.definition()).encode())
+            if surface_bytes + size > MAX_SERVER_SURFACE_BYTES:
+                self._warn(
+                    f"MCP server {name!r}: tool {tool.name[:200]!r} skipped: its tools would take more than "
+                    f"{MAX_SERVER_SURFACE_BYTES} bytes of every model request (names, descriptions, schemas)"
+                )
+                continue
+            surface_bytes += size
             seen.add(surface)
             specs.append(spec)
         self.specs[name] = specs
