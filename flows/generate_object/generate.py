@@ -104,27 +104,32 @@ class _Partials:
         self.emit = emit
         self.loop = loop
         self.text: list[str] = []
+        self.size = 0  # bytes of ``text``, kept as it grows: past the cap it is never joined again
         self.last = 0.0
 
     def reset(self) -> None:
         self.text = []
+        self.size = 0
 
     def __call__(self, item: StreamItem) -> None:
         if isinstance(item, TextDelta):
-            self.text.append(item.text)
+            piece = item.text
         elif isinstance(item, ToolCallDelta) and item.index == 0:
-            self.text.append(item.arguments)
+            piece = item.arguments
         else:
             return
+        self.text.append(piece)
+        self.size += len(piece.encode("utf-8", "surrogatepass"))
         now = self.loop.time()
         if now - self.last < PARTIAL_INTERVAL_S:
             return
-        prefix = "".join(self.text)
-        size = len(prefix.encode("utf-8", "surrogatepass"))
-        if size > MAX_PARTIAL_BYTES:
+        if self.size > MAX_PARTIAL_BYTES:
+            # Joining (and encoding) the whole answer every 100 ms cost ~50 ms of the event loop each
+            # time once it was large: a 32 MiB answer trickled on for its deadline.
             self.last = now
-            self.emit({"object_partial_omitted": True, "partial_bytes": size, "final": False})
+            self.emit({"object_partial_omitted": True, "partial_bytes": self.size, "final": False})
             return
+        prefix = "".join(self.text)
         value = partial_json(prefix)
         if value is not None:  # nothing usable yet: the next piece may emit
             self.last = now
