@@ -6,6 +6,8 @@ started; the browser tier renders a loopback page in Debian's Chromium.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import threading
 import time
@@ -661,3 +663,36 @@ def test_w1_an_api_key_never_follows_a_redirect_to_another_origin(
         assert all(secret not in json.dumps(hit.headers) for hit in landed)
     finally:
         elsewhere.close()
+
+
+def test_w5_an_engine_page_slow_to_parse_neither_freezes_the_loop_nor_outlives_the_timeout(
+    agent, tmp_path, server
+) -> None:
+    """An engine's page was parsed on the event loop after its deadline: 250 nested result blocks
+    around 4 MiB of filler made ``parse_ddg`` search the filler once per block (about 9 s of CPU
+    here), during which the whole host process stood still and the call overran its timeout."""
+    filler = "<p><span>x</span></p>" * 190_000
+    page = "<html><body>" + '<div class="result">' * 250 + filler + "</div>" * 250 + "</body></html>"
+    server.route("/ddg", static(200, page, content_type=HTML))
+    s = session(agent, tmp_path, server)
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    async def heartbeat() -> None:  # runs on the session's loop while the search does
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            ticks.append(loop.time())
+            await asyncio.sleep(0.05)
+
+    started = time.monotonic()
+    beat = s._loop.submit(heartbeat())
+    try:
+        res = s.tool("web_search", {"query": P.QUERY, "engines": ["ddg"], "timeout": 2})
+    finally:
+        stop.set()
+        beat.result(timeout=30)
+    took = time.monotonic() - started
+    assert res.exit_code != 0  # nothing parsed in time
+    assert took < 5, f"a 2 s search took {took:.1f} s"
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert max(gaps) < 1.0, f"the event loop stood still for {max(gaps):.1f} s"
