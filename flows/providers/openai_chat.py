@@ -41,6 +41,7 @@ from flows.providers.types import (
     Usage,
     token_count,
 )
+from flows.providers.wire_values import as_arguments, as_index, as_name, as_text
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"  # explicit: the SDK would otherwise read os.environ itself
 PLACEHOLDER_KEY = "unused"  # local servers need no key, the SDK requires a string
@@ -205,11 +206,15 @@ def _completion(response: Any) -> Completion:
     choice = response.choices[0] if response.choices else None
     msg = choice.message if choice is not None else None
     calls = tuple(
-        ToolCall(c.id or f"call_{i}", c.function.name or "", c.function.arguments or "")
+        ToolCall(
+            as_name(getattr(c, "id", None)) or f"call_{i}",
+            as_name(getattr(c.function, "name", None)),
+            as_arguments(getattr(c.function, "arguments", None)),
+        )
         for i, c in enumerate((msg.tool_calls if msg is not None else None) or ())
         if getattr(c, "function", None) is not None
     )
-    content = (msg.content if msg is not None else None) or ""
+    content = as_text(msg.content if msg is not None else None)
     stop = (choice.finish_reason if choice is not None else None) or ("tool_calls" if calls else "stop")
     return Completion(Message("assistant", content, calls), _usage(response.usage), stop)
 
@@ -231,16 +236,17 @@ async def _read_stream(chunks: Any, deadline: float | None, started: float) -> A
             for choice in chunk.choices or ():
                 delta = choice.delta
                 if delta is not None:
-                    if delta.content:
-                        text.append(delta.content)
-                        yield TextDelta(delta.content)
+                    content = as_text(delta.content)
+                    if content:
+                        text.append(content)
+                        yield TextDelta(content)
                     for tc in delta.tool_calls or ():
                         fn = tc.function
                         piece = ToolCallDelta(
-                            int(tc.index or 0),
-                            tc.id,
-                            fn.name if fn is not None else None,
-                            (fn.arguments if fn is not None else None) or "",
+                            as_index(tc.index),
+                            as_name(tc.id),
+                            as_name(fn.name) if fn is not None else None,
+                            as_arguments(fn.arguments) if fn is not None else "",
                         )
                         calls.add(piece)
                         yield piece
