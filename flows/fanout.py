@@ -22,13 +22,16 @@ The runners that reach the fleet stay in ``orchestrator/`` (``orchestrator.fanou
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from kernel.errors import InvalidArgument, ToolError
+from kernel.errors import InvalidArgument, ToolError, error_from_exception
 from kernel.result import ToolResult
+
+log = logging.getLogger(__name__)
 
 MAX_BRANCHES = 32
 BranchStatus = Literal["succeeded", "failed", "cancelled", "timed_out"]
@@ -139,6 +142,9 @@ async def fan_out(
                 result = await runner.run_branch(run_id, i, branches[i])
             except ToolError as err:  # the dispatcher itself failed (e.g. broker down): typed, per branch
                 result = ToolResult.failure(branches[i].tool, err)
+            except Exception as exc:  # a runner's own defect: this branch fails typed, the others go on (K-8)
+                log.error("fan-out branch %d (%s) runner raised", i, branches[i].tool, exc_info=exc)
+                result = ToolResult.failure(branches[i].tool, error_from_exception(exc, branches[i].tool))
         status: BranchStatus = "succeeded" if result.exit_code == 0 else "failed"
         outcome = BranchOutcome(i, branches[i].description, status, result, _ms_since(started[i]))
         outcomes[i] = outcome

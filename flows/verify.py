@@ -199,6 +199,7 @@ class BranchSpec:
     description: str = ""
     key: str | None = None
     label: str | None = None
+    allotment: dict[str, int | None] | None = None
 
 
 class VerifySession(Protocol):

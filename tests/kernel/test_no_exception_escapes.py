@@ -309,3 +309,27 @@ def test_k8_exception_table_maps_every_spelling_in_one_place() -> None:
     bug = error_from_exception(KeyError("k"), "t")
     assert bug.to_kind() == {"type": "internal_error", "exception": "KeyError", "errno": None}
     assert "KeyError" in bug.message and "'k'" in bug.message
+
+
+async def test_k8_x3_a_branch_runner_that_raises_fails_that_branch_typed_and_the_others_go_on() -> None:
+    """K-8/X-3: a runner's own defect for one branch (a TypeError, as a branch value of the wrong
+    shape once raised in the fleet's budget wrapper) used to escape the branch's task: the whole
+    fan-out ended with every branch ``cancelled``. Now that branch fails ``internal_error`` and the
+    others complete."""
+    from flows.fanout import Branch, FanOutPolicy, fan_out
+    from kernel.result import ToolResult
+
+    class Runner:
+        async def run_branch(self, run_id: str, index: int, branch: Branch) -> ToolResult:
+            if index == 1:
+                raise TypeError("a defect in the runner")
+            return ToolResult.success(branch.tool, f"ran {index}", {})
+
+    branches = [Branch("ls", {}, f"b{i}") for i in range(3)]
+    run = await fan_out(Runner(), "run-1", branches, FanOutPolicy(allow_partial_failure=True))
+    statuses = [o.status for o in run.outcomes]
+    assert statuses == ["succeeded", "failed", "succeeded"], statuses
+    failed = run.outcomes[1].result
+    assert failed is not None and failed.error_kind is not None
+    assert failed.error_kind["type"] == "internal_error"
+    assert "Traceback" not in failed.output
