@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import Agent
+from tools._children import kill
 from tools.program import pool as vm_pool
 
 ROUNDS = 15
@@ -103,7 +104,7 @@ def _release(fut: Any) -> None:
     """The child taken only to trigger a refill is not used: kill it."""
     if fut.exception() is None:
         proc = fut.result()
-        vm_pool.kill(proc)
+        kill(proc)
         vm_pool.discard(proc)
 
 

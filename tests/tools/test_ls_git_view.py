@@ -19,10 +19,10 @@ import pytest
 from kernel.errors import Timeout
 from kernel.gittree import GitTreeWorkspace
 from kernel.testing import make_context
+from tests.tools.loop_ticker import while_ticking
 from tools import ls
 
 ENTRIES = 60_000
-TICK_S = 0.01
 MAX_GAP_S = 0.1
 
 
@@ -46,27 +46,11 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 async def _ls_while_ticking(ws: GitTreeWorkspace, params: ls.Params, copies: int = 3) -> tuple[list, float]:
-    loop = asyncio.get_running_loop()
-    done = asyncio.Event()
-    gaps: list[float] = []
-
-    async def tick() -> None:
-        last = loop.time()
-        while not done.is_set():
-            await asyncio.sleep(TICK_S)
-            gaps.append(loop.time() - last)
-            last = loop.time()
-
-    ticker = asyncio.create_task(tick())
-    await asyncio.sleep(TICK_S * 2)
-    try:
-        results = await asyncio.gather(
+    return await while_ticking(
+        lambda: asyncio.gather(
             *(ls.run(make_context(ws, tool_name="ls"), params) for _ in range(copies))  # type: ignore[arg-type]
         )
-    finally:
-        done.set()
-        await ticker
-    return results, max(gaps)
+    )
 
 
 async def test_b1_k6_ls_of_a_huge_git_tree_pages_it_off_the_event_loop(repo: Path) -> None:

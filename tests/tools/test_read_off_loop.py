@@ -22,10 +22,10 @@ from kernel.gittree import SMALL_BLOB_BYTES, GitTreeWorkspace
 from kernel.testing import make_context
 from kernel.workspace import MAX_READ_BYTES, LocalWorkspace
 from tests.tools.git_cli import git as _git
+from tests.tools.loop_ticker import while_ticking
 from tools import read
 
 HEAD = b"".join(b"line %d\n" % i for i in range(1, 101))
-TICK_S = 0.01
 MAX_GAP_S = 0.1
 
 
@@ -51,28 +51,11 @@ async def _read_while_ticking(
 ) -> tuple[list[Any], float]:
     """The results of ``copies`` concurrent reads (as sessions sharing a loop make them) and the
     longest gap a 10 ms ticker on the same loop saw meanwhile."""
-    loop = asyncio.get_running_loop()
-    done = asyncio.Event()
-    gaps: list[float] = []
-
-    async def tick() -> None:
-        last = loop.time()
-        while not done.is_set():
-            await asyncio.sleep(TICK_S)
-            now = loop.time()
-            gaps.append(now - last)
-            last = now
-
-    ticker = asyncio.create_task(tick())
-    await asyncio.sleep(TICK_S * 2)  # the ticker is running before the read starts
-    try:
-        res = await asyncio.gather(
+    return await while_ticking(
+        lambda: asyncio.gather(
             *(read.run(make_context(ws, tool_name="read"), read.Params(**args)) for _ in range(copies))  # type: ignore[arg-type]
         )
-    finally:
-        done.set()
-        await ticker
-    return res, max(gaps)
+    )
 
 
 @pytest.mark.parametrize(

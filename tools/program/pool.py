@@ -26,11 +26,12 @@ import sys
 import threading
 from pathlib import Path
 
+from tools._children import REAP_TIMEOUT_S, discard, kill
+
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "vm_child.py"
 PRELUDE = HERE / "prelude.js"
 DEFAULT_POOL_SIZE = 2
-REAP_TIMEOUT_S = 2.0
 
 
 class VmUnavailable(Exception):
@@ -182,25 +183,3 @@ def _at_exit() -> None:
 
 os.register_at_fork(after_in_child=_after_fork)
 atexit.register(_at_exit)
-
-
-def kill(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, 9)
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-
-
-def close_pipes(proc: subprocess.Popen[bytes]) -> None:
-    for pipe in (proc.stdin, proc.stdout, proc.stderr):
-        if pipe is not None:
-            with contextlib.suppress(OSError):
-                pipe.close()
-
-
-def discard(proc: subprocess.Popen[bytes]) -> None:
-    """Close our ends and reap (the caller killed it, or it is exiting)."""
-    close_pipes(proc)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=REAP_TIMEOUT_S)

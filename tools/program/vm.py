@@ -40,14 +40,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernel.errors import BudgetExhausted
-from tools.program.pool import (
-    REAP_TIMEOUT_S,
-    VmPool,
-    close_pipes,
-    discard,
-    kill,
-    pool,
-)
+from tools._children import REAP_TIMEOUT_S, close_pipes, discard, kill
+from tools.program.pool import VmPool, pool
 
 GRACE_S = 0.5
 MAX_LINE_BYTES = 8 * 1024 * 1024

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import json
 import os
 import struct
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kernel.errors import ToolError, Transport
+from tools._children import close_pipes, discard, kill
 from tools._offthread import abandon
 
 CHILD = Path(__file__).resolve().parent / "convert_child.py"
@@ -43,7 +43,6 @@ ROOT = Path(__file__).resolve().parents[2]
 HEADER = struct.Struct("!I")
 MAX_IDLE = 2
 MAX_REPLY_BYTES = 256 * 1024 * 1024
-REAP_TIMEOUT_S = 2.0
 
 
 class _Pool:
@@ -61,7 +60,7 @@ class _Pool:
                 proc = self.idle.pop()
                 if proc.poll() is None:
                     return proc
-                _discard(proc)
+                discard(proc)
             self.started += 1
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
         return subprocess.Popen(
@@ -80,15 +79,15 @@ class _Pool:
             if os.getpid() == self.pid and len(self.idle) < MAX_IDLE and proc.poll() is None:
                 self.idle.append(proc)
                 return
-        _kill(proc)
-        _discard(proc)
+        kill(proc)
+        discard(proc)
 
     def shutdown(self) -> None:
         with self.lock:
             idle, self.idle = self.idle, []
         for proc in idle:
-            _kill(proc)
-            _discard(proc)
+            kill(proc)
+            discard(proc)
 
 
 _POOL: _Pool | None = None
@@ -107,7 +106,7 @@ def _after_fork() -> None:
     global _POOL
     if _POOL is not None:
         for proc in _POOL.idle:  # the parent's children: close our copies, never wait on them
-            _close_pipes(proc)
+            close_pipes(proc)
             proc.returncode = 0
     _POOL = None
 
@@ -119,27 +118,6 @@ def _at_exit() -> None:
 
 os.register_at_fork(after_in_child=_after_fork)
 atexit.register(_at_exit)
-
-
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, 9)
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-
-
-def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
-    for pipe in (proc.stdin, proc.stdout):
-        if pipe is not None:
-            with contextlib.suppress(OSError):
-                pipe.close()
-
-
-def _discard(proc: subprocess.Popen[bytes]) -> None:
-    _close_pipes(proc)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=REAP_TIMEOUT_S)
 
 
 def _read_exact(pipe: IO[bytes], n: int) -> bytes:
@@ -184,7 +162,7 @@ async def convert(html: str, fmt: str, body_only: bool, url: str, op: str) -> tu
         _stop(proc, None)
         raise Transport(f"{op}: the conversion process answered garbage", op=op)
     if reply.get("retire"):  # it exits after a big page rather than idle on a grown heap
-        threading.Thread(target=_discard, args=(proc,), daemon=True).start()
+        threading.Thread(target=discard, args=(proc,), daemon=True).start()
     else:
         shared.give_back(proc)
     return text, title
@@ -214,8 +192,8 @@ def _stop(proc: subprocess.Popen[bytes] | None, fut: asyncio.Future[Any] | None)
     if fut is not None:
         abandon(fut)
     if proc is not None:
-        _kill(proc)
-        threading.Thread(target=_discard, args=(proc,), daemon=True).start()
+        kill(proc)
+        threading.Thread(target=discard, args=(proc,), daemon=True).start()
 
 
 def _kill_started(fut: asyncio.Future[subprocess.Popen[bytes]]) -> None:
