@@ -47,6 +47,20 @@ def _write(obj: object) -> None:
         view = view[os.write(1, view) :]
 
 
+def _peak_rss_bytes() -> int:
+    """This process's own peak resident memory (``VmHWM``). Not ``ru_maxrss``: Linux carries the
+    peak of the process that forked us across ``exec``, so a child of a host over the limit would
+    retire after every job."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def _limit_next_job() -> None:
     used = resource.getrusage(resource.RUSAGE_SELF)
     spent = int(used.ru_utime + used.ru_stime) + 1
@@ -86,7 +100,7 @@ def main() -> None:
         except Exception as exc:  # reported to the host as a failed conversion
             reply = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
         del body
-        if resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 > RETIRE_RSS_BYTES:
+        if _peak_rss_bytes() > RETIRE_RSS_BYTES:
             reply["retire"] = True  # the host reaps us instead of keeping our grown heap idle
             _write(reply)
             return
