@@ -301,13 +301,14 @@ def test_d3_w1_no_network_namespace_means_no_headless_tier(tmp_path) -> None:
 
 
 def test_w5_d3_a_page_that_grows_its_dom_is_refused_not_read_whole(agent, tmp_path, server, scope) -> None:
-    """The fetched body is capped (5 MiB), but a page's script can build any DOM it likes: 64 MiB of
+    """The fetched body is capped (5 MiB), but a page's script can build any DOM it likes: 16 MiB of
     text here. Its HTML is measured inside the browser and never handed over past 5 MiB: the engine
-    fails (``transport``), this process's memory stays near nothing (tracemalloc's peak), and the
-    browser is closed as always."""
+    fails (``transport``), this process's memory stays below the page's size (tracemalloc's peak),
+    and the browser is closed as always. (64 MiB made Chromium's own serialisation outlast the
+    engine's time on this host: ``timeout`` after 24 s, the same refusal by another name.)"""
     import tracemalloc
 
-    grow = "<script>document.body.appendChild(document.createTextNode('x'.repeat(64 << 20)));</script>"
+    grow = "<script>document.body.appendChild(document.createTextNode('x'.repeat(16 << 20)));</script>"
     page = P.js_rendered_bing_page(P.RESULTS).replace("</body>", grow + "</body>")
     server.route("/bing_browser", static(200, page, content_type=HTML))
     s = session(agent, tmp_path, server)
@@ -321,5 +322,5 @@ def test_w5_d3_a_page_that_grows_its_dom_is_refused_not_read_whole(agent, tmp_pa
     [outcome] = [o for o in res.metadata["engine_outcomes"] if o["engine"] == "bing_browser"]
     assert outcome["failure_kind"] == "transport", outcome
     assert "larger than" in json.dumps(res.metadata["engine_errors"]), res.metadata["engine_errors"]
-    assert peak < 48 << 20, f"peaked at {peak >> 20} MiB"
+    assert peak < 16 << 20, f"peaked at {peak >> 20} MiB"  # the page whole would be 16 MiB or more
     assert wait_gone(scope) == []
