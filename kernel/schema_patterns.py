@@ -139,11 +139,13 @@ def _additional_properties(
 
 @functools.lru_cache(maxsize=8)
 def linear_validator(cls: Any) -> Any:
-    """``cls`` (a jsonschema draft validator) with its pattern keywords matched by RE2 and every
-    keyword counted against the budget of ``kernel.schema_steps.bounded_errors``."""
+    """``cls`` (a jsonschema draft validator) with its pattern keywords matched by RE2,
+    ``uniqueItems`` checked in linear time (``kernel.schema_unique``), and every keyword counted
+    against the budget of ``kernel.schema_steps.bounded_errors``."""
     from jsonschema import validators
 
     from kernel.schema_steps import counted
+    from kernel.schema_unique import unique_items
 
     keywords = {
         **cls.VALIDATORS,
@@ -151,4 +153,6 @@ def linear_validator(cls: Any) -> Any:
         "patternProperties": _pattern_properties,
         "additionalProperties": _additional_properties,
     }
+    if "uniqueItems" in keywords:  # jsonschema's compares every pair of unsortable items
+        keywords["uniqueItems"] = unique_items
     return validators.extend(cls, {name: counted(fn) for name, fn in keywords.items()})
