@@ -9,6 +9,10 @@ conversion runs in ``convert_child.py``, and a call that ends (deadline, cancel)
 
 Invariants:
 
+- at most ``MAX_CONCURRENT`` conversions of this process run at once (``slots.py``); the next
+  ``MAX_WAITING`` wait in order, honouring their deadline and cancel while queued (a waiter owns
+  no child), and one more fails at once with ``transport{op}``. Each child may take 2 GiB of
+  address space: 32 concurrent calls (a ``batch``, 32 sub-agents) had started 32 of them;
 - ``convert`` takes an idle child or starts one, sends one job and waits for the answer in the
   default executor (that thread waits only on the child's pipe, so killing the child frees it);
   a pooled child found dead on the way (the OOM killer, say) is replaced by a fresh one, once;
@@ -37,11 +41,14 @@ from typing import IO, Any
 from kernel.errors import ToolError, Transport
 from tools._children import close_pipes, discard, kill
 from tools._offthread import abandon
+from tools.web_fetch.slots import Slots
 
 CHILD = Path(__file__).resolve().parent / "convert_child.py"
 ROOT = Path(__file__).resolve().parents[2]
 HEADER = struct.Struct("!I")
 MAX_IDLE = 2
+MAX_CONCURRENT = 3  # children converting at once, per process (each may take 2 GiB, 150 s of CPU)
+MAX_WAITING = 64  # conversions queued for a slot; one more is refused (transport)
 MAX_REPLY_BYTES = 256 * 1024 * 1024
 
 
@@ -51,6 +58,7 @@ class _Pool:
         self.idle: list[subprocess.Popen[bytes]] = []
         self.lock = threading.Lock()
         self.started = 0
+        self.slots = Slots(MAX_CONCURRENT, MAX_WAITING)
 
     def take(self, fresh: bool = False) -> subprocess.Popen[bytes]:
         """An idle child that is still alive (unless ``fresh``), else a new one (blocking: call it
@@ -145,27 +153,34 @@ async def convert(html: str, fmt: str, body_only: bool, url: str, op: str) -> tu
     """``html`` as ``fmt`` (``extract.render``) and its title, converted in a killable child."""
     shared = pool()
     job = json.dumps({"html": html, "fmt": fmt, "body_only": body_only, "url": url}).encode("utf-8")
+    async with shared.slots.hold(op):  # queued here, a call owns no child: its deadline just ends it
+        proc, reply = await _exchange_once_or_twice(shared, job, op)
+        if not reply.get("ok"):
+            _stop(proc, None)
+            raise ToolError(f"{op}: could not convert the page: {reply.get('error')}")
+        text, title = reply.get("text"), reply.get("title")
+        if not isinstance(text, str) or not (title is None or isinstance(title, str)):
+            _stop(proc, None)
+            raise Transport(f"{op}: the conversion process answered garbage", op=op)
+        if reply.get("retire"):  # it exits after a big page rather than idle on a grown heap
+            threading.Thread(target=discard, args=(proc,), daemon=True).start()
+        else:
+            shared.give_back(proc)
+        return text, title
+
+
+async def _exchange_once_or_twice(
+    shared: _Pool, job: bytes, op: str
+) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
     try:
-        proc, reply = await _run(shared, job, fresh=False)
+        return await _run(shared, job, fresh=False)
     except (OSError, EOFError):  # an idle child may have died (OOM killer) since it was pooled
         try:
-            proc, reply = await _run(shared, job, fresh=True)
+            return await _run(shared, job, fresh=True)
         except (OSError, ValueError, EOFError) as exc:
             raise Transport(f"{op}: converting the page failed: {exc}", op=op) from None
     except ValueError as exc:
         raise Transport(f"{op}: converting the page failed: {exc}", op=op) from None
-    if not reply.get("ok"):
-        _stop(proc, None)
-        raise ToolError(f"{op}: could not convert the page: {reply.get('error')}")
-    text, title = reply.get("text"), reply.get("title")
-    if not isinstance(text, str) or not (title is None or isinstance(title, str)):
-        _stop(proc, None)
-        raise Transport(f"{op}: the conversion process answered garbage", op=op)
-    if reply.get("retire"):  # it exits after a big page rather than idle on a grown heap
-        threading.Thread(target=discard, args=(proc,), daemon=True).start()
-    else:
-        shared.give_back(proc)
-    return text, title
 
 
 async def _run(shared: _Pool, job: bytes, fresh: bool) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
