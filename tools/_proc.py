@@ -217,6 +217,7 @@ def spawn(
     argv: Sequence[str],
     *,
     cwd: str | os.PathLike[str] | None = None,
+    cwd_fd: int | None = None,
     env: Mapping[str, str] | None = None,
     stdin: int = DEVNULL,
     stdout: int = PIPE,
@@ -233,9 +234,19 @@ def spawn(
     spawn helper they are applied with ``prlimit(2)`` right after the start). The caller must
     ``close()`` the result (or ``release()`` it and close its pipes) when done: that is what lets
     the supervisor finish.
+
+    ``cwd_fd`` (instead of ``cwd``) is a directory descriptor the command starts in: the supervisor
+    ``fchdir``s to it, so a directory checked by the caller cannot be swapped for a symlink between
+    the check and the start (the path is never resolved again). The caller keeps and closes it.
     """
+    if cwd_fd is not None and cwd is not None:
+        raise ValueError("spawn takes cwd or cwd_fd, not both")
     helper = _get_helper()
     if helper is None:
+        if cwd_fd is not None:
+            # Popen's child chdirs before it closes fds: /proc/self/fd/N is the descriptor's own
+            # directory (a magic link), not a path looked up again.
+            cwd = f"/proc/self/fd/{cwd_fd}"
         popen = subprocess.Popen(
             list(argv),
             cwd=cwd,
@@ -274,12 +285,13 @@ def spawn(
             "exe": exe,
             "argv": [os.fsdecode(a) for a in argv],
             "env": dict(env if env is not None else os.environ),
-            "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
+            "cwd": os.fspath(cwd) if cwd is not None else ("" if cwd_fd is not None else os.getcwd()),
+            "cwd_fd": cwd_fd is not None,  # then the last fd sent is the directory to fchdir to
             "targets": [0, 1, 2, *pass_fds],
             "new_session": new_session,
             "rlimits": [[int(k), int(v)] for k, v in (rlimits or {}).items()],
         }
-        fds = [status_w, ctrl_r, *child_ends, *pass_fds]
+        fds = [status_w, ctrl_r, *child_ends, *pass_fds, *([cwd_fd] if cwd_fd is not None else [])]
         for attempt in range(SEND_ATTEMPTS):
             try:
                 helper.send(spec, fds)

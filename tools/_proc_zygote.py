@@ -14,7 +14,7 @@ A supervisor owns one command:
    behind — double forks and ``setsid`` daemons included — is re-parented to it, not to init;
 2. it starts the command with ``posix_spawn`` (vfork-like: no page copying): new session (when
    asked), the requested fds at their numbers, signal dispositions restored, in the requested
-   directory. A failure is reported as ``E <errno> <step>``, success as ``S <pid>``;
+   directory (by path, or by a directory descriptor sent along: ``fchdir``, never a path lookup). A failure is reported as ``E <errno> <step>``, success as ``S <pid>``;
 3. it watches the command's pidfd and the **control pipe**, whose only write end lives in the
    requesting process. On the command's exit it reports ``X <returncode>`` (Popen convention,
    negative for a signal) *without reaping it*, so the command's pid — its process group id —
@@ -166,6 +166,8 @@ class Supervisor:
     def __init__(self, spec: dict, fds: list[int]) -> None:
         self.spec = spec
         self.status_w, self.ctrl_r, *self.child_fds = fds
+        # A directory descriptor to start in comes last (``spawn(cwd_fd=…)``): never a path.
+        self.cwd_fd = self.child_fds.pop() if spec.get("cwd_fd") and self.child_fds else None
         self.pid = -1
         self.returncode: int | None = None
         self.stop = False
@@ -181,13 +183,13 @@ class Supervisor:
     def run(self) -> None:
         signal.signal(signal.SIGTERM, self._on_term)
         try:
-            pid = _spawn_command(self.spec, self.child_fds)
+            pid = _spawn_command(self.spec, self.child_fds, self.cwd_fd)
         except OSError as exc:
             self.report(f"E {exc.errno or errno.EINVAL} {getattr(exc, 'where', 'exec')}")
             self.report("D")
             os._exit(0)
         finally:
-            for fd in self.child_fds:
+            for fd in [*self.child_fds, *([self.cwd_fd] if self.cwd_fd is not None else [])]:
                 os.close(fd)
         self.pid = pid
         self.report(f"S {pid}")
@@ -318,7 +320,7 @@ def _read_all(fd: int) -> str:
         chunks.append(chunk)
 
 
-def _spawn_command(spec: dict, fds: list[int]) -> int:
+def _spawn_command(spec: dict, fds: list[int], cwd_fd: int | None = None) -> int:
     """``posix_spawn`` (vfork-like: no page copying) with the fds placed, signals reset, a new session."""
     targets = [int(t) for t in spec["targets"]]
     floor = max([*targets, *fds, 2]) + 1
@@ -327,7 +329,12 @@ def _spawn_command(spec: dict, fds: list[int]) -> int:
     try:
         actions = [(os.POSIX_SPAWN_DUP2, fd, target) for fd, target in zip(moved, targets, strict=True)]
         try:
-            os.chdir(spec["cwd"])  # inherited by the command (posix_spawn has no chdir action)
+            # Inherited by the command (posix_spawn has no chdir action). By descriptor when given:
+            # the directory the requester checked, whatever its path names now.
+            if cwd_fd is not None:
+                os.fchdir(cwd_fd)
+            else:
+                os.chdir(spec["cwd"])
         except OSError as exc:
             exc.where = "chdir"  # type: ignore[attr-defined]
             raise

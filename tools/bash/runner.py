@@ -84,11 +84,16 @@ async def run_shell(
     cwd: str,
     env: Mapping[str, str],
     timeout_s: float,
+    cwd_fd: int | None = None,
     capture: OutputCapture,
     prepare: Prepare | None = None,
     on_output: OnOutput | None = None,
 ) -> ShellOutcome:
-    """Run ``command``; return when it finished or the deadline passed. Re-raises cancellation."""
+    """Run ``command``; return when it finished or the deadline passed. Re-raises cancellation.
+
+    ``cwd`` is the directory's path (for the sandbox's own ``--chdir``); with ``cwd_fd`` the
+    process is started in that descriptor's directory (``fchdir``), never by looking ``cwd`` up.
+    """
     loop = asyncio.get_running_loop()
     started = time.monotonic()
     deadline = loop.time() + max(0.0, timeout_s)
@@ -112,7 +117,16 @@ async def run_shell(
             argv, pass_fds = prepared.argv, pass_fds + prepared.pass_fds
         # Not asyncio's subprocess: we own the pipe fds (add_reader, close without EOF), pass the
         # cwd-report fd, and tie the whole process tree to this process (tools/_proc.py).
-        proc = spawn(argv, cwd=cwd, env=env, stdin=DEVNULL, stdout=PIPE, stderr=PIPE, pass_fds=pass_fds)
+        proc = spawn(
+            argv,
+            cwd=cwd if cwd_fd is None else None,
+            cwd_fd=cwd_fd,
+            env=env,
+            stdin=DEVNULL,
+            stdout=PIPE,
+            stderr=PIPE,
+            pass_fds=pass_fds,
+        )
     except OSError as exc:
         os.close(report_r)
         raise Transport(f"could not start {SHELL}: {exc}", op="bash") from exc

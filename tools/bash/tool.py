@@ -68,12 +68,12 @@ from tools.bash.changes import MAX_CHANGED_PATHS, changed_paths, take_snapshot
 from tools.bash.environment import host_environment, minimal_environment
 from tools.bash.runner import run_shell
 from tools.bash.sandbox import BwrapSandbox, Sandbox, SandboxCommand, default_sandbox
+from tools.bash.workdir import open_cwd, relative_inside
 
 NAME = "bash"
 DEFAULT_TIMEOUT_MS = 120_000
 MIN_TIMEOUT_MS = 1_000
 SANDBOX_MODES = ("auto", "always", "never")
-INTERNAL_DIR = ".a3s"
 SANDBOX_REQUIRED = "bash requires a configured sandbox"
 # A command ending holds the workspace lock only to remove the .git placeholder (microseconds).
 ROOT_GIT_LOCK_WAIT_S = 2.0
@@ -155,7 +155,26 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
             return _fail_closed(timeout_ms)
 
     state = ctx.session_state.setdefault(NAME, {})
-    cwd_rel = _usable_cwd(root, state.get("cwd", ""))
+    # Checked and held as a descriptor the command starts in: a directory swapped for a symlink
+    # after the check cannot move the command (escalated: on the host) out of the workspace.
+    cwd_dir, cwd_rel = await asyncio.to_thread(open_cwd, root, state.get("cwd", ""))
+    try:
+        return await _run_in(ctx, params, root, cwd_dir.fd, cwd_rel, sandbox, sandbox_available, timeout_ms)
+    finally:
+        cwd_dir.close()
+
+
+async def _run_in(
+    ctx: ToolContext,
+    params: Params,
+    root: Path,
+    cwd_fd: int,
+    cwd_rel: str,
+    sandbox: Sandbox | None,
+    sandbox_available: bool | None,
+    timeout_ms: int,
+) -> ToolResult:
+    state = ctx.session_state.setdefault(NAME, {})
     cwd = root / cwd_rel if cwd_rel else root
 
     effective_ms = max(0, min(timeout_ms, int(ctx.remaining_s() * 1000)))
@@ -175,6 +194,7 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
         outcome = await run_shell(
             params.command,
             cwd=str(cwd),
+            cwd_fd=cwd_fd,
             env=_environment(ctx, minimal=sandbox is not None or ctx.governed),
             timeout_s=effective_ms / 1000,
             capture=capture,
@@ -189,7 +209,7 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
     after = await take_snapshot(root) if before is not None else None
 
     if outcome.final_cwd is not None:
-        reported = _relative_inside(root, outcome.final_cwd)
+        reported = relative_inside(root, outcome.final_cwd)
         if reported is not None:
             cwd_rel = reported
     state["cwd"] = cwd_rel
@@ -341,29 +361,6 @@ def _emit(ctx: ToolContext, stream: Stream, data: bytes) -> None:
 
 def _physical(path: str | os.PathLike[str]) -> Path:
     return Path(os.path.realpath(path))
-
-
-def _usable_cwd(root: Path, rel: str) -> str:
-    """``rel`` if it is still a directory inside the workspace, else '' (the root)."""
-    if not rel:
-        return ""
-    candidate = root / rel
-    if not candidate.is_dir():
-        return ""
-    return _relative_inside(root, str(candidate)) or ""
-
-
-def _relative_inside(root: Path, path: str) -> str | None:
-    """The workspace-relative form of ``path`` (physically resolved), or None outside / internal."""
-    real = _physical(path)
-    if real == root:
-        return ""
-    if root not in real.parents:
-        return None
-    rel = real.relative_to(root).as_posix()
-    if rel == INTERNAL_DIR or rel.startswith(INTERNAL_DIR + "/"):
-        return None
-    return rel
 
 
 TOOL = ToolSpec(
