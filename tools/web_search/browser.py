@@ -22,6 +22,10 @@ Invariants:
   styles), fetched through the safe transport (``SafeHttp``: SSRF guard, pinned connections, the
   request-level proxy) and fulfilled from there; redirects come back to Chromium as 3xx answers, so
   each hop is intercepted and checked again.
+- **Bounded fetching per page.** Each request's body is read up to ``MAX_ROUTED_BODY_BYTES``
+  (5 MiB), and all the requests of one page together up to ``PAGE_BYTE_BUDGET`` (``route_budget``);
+  past it further requests are aborted. Requests of a page this pool did not open (a popup) share
+  one more budget of the same size.
 - The rendered HTML is measured in the browser and handed over only up to ``MAX_RENDERED_CHARS``
   (a page's script can grow its DOM past any body limit): a larger page fails the engine.
 - The environment handed to Chromium is minimal (PATH, HOME and XDG dirs in the temp directory):
@@ -38,14 +42,18 @@ import signal
 import tempfile
 from typing import Any
 
-from kernel.errors import ToolError, Transport, Unsupported
+from kernel.errors import InvalidArgument, ToolError, Transport, Unsupported
 from tools.net import ProxyAuthFailed, SafeHttp, parse_url
 from tools.net.runtime import read_body
 from tools.web_search.netns import launcher
+from tools.web_search.route_budget import ByteBudget
 
 CLOSE_BUDGET_S = 2.0
 LAUNCH_GRACE_S = 10.0  # a launch interrupted by a cancel is waited for (and failed) this long
 MAX_ROUTED_BODY_BYTES = 5 * 1024 * 1024
+# All the requests of one page together: a results page with its scripts is 1-3 MiB, while a
+# hostile page's hundreds of sub-resources of 5 MiB each were all read.
+PAGE_BYTE_BUDGET = 16 * 1024 * 1024
 MARKER_PREFIX = "a3s-chromium-"
 # A page's script may build any DOM (the fetched body is capped, the DOM is not): its HTML is
 # measured in the browser, as ``page.content()`` builds it, and handed over only when it fits.
@@ -122,6 +130,8 @@ class BrowserPool:
         self._launch: asyncio.Future[Any] | None = None
         self._driver_pid: int | None = None
         self._lock = asyncio.Lock()
+        self._budgets: dict[Any, ByteBudget] = {}  # by Playwright page
+        self._stray = ByteBudget(PAGE_BYTE_BUDGET)  # requests of pages render() did not open
 
     async def _ensure(self) -> Any:
         """The browser context, launching it on first use. The launch runs as its own task so a
@@ -171,6 +181,13 @@ class BrowserPool:
         if request.resource_type in BLOCKED_RESOURCES:
             await route.abort("blockedbyclient")
             return
+        budget = self.budget_of(request)
+        cap = await budget.reserve(MAX_ROUTED_BODY_BYTES)
+        if cap == 0:  # the page has had its bytes
+            with contextlib.suppress(Exception):
+                await route.abort("blockedbyclient")
+            return
+        used = 0
         try:
             url = parse_url(request.url)
             headers = {k: v for k, v in request.headers.items() if k.lower() in FORWARDED_HEADERS}
@@ -178,17 +195,22 @@ class BrowserPool:
             async with self.http.open(
                 url, method=method, headers=headers, follow_redirects=False, op="web_search"
             ) as got:
-                body = (
-                    b""
-                    if method == "HEAD"
-                    else await read_body(got.response, MAX_ROUTED_BODY_BYTES, "web_search", got.url)
-                )
+                try:
+                    body = (
+                        b"" if method == "HEAD" else await read_body(got.response, cap, "web_search", got.url)
+                    )
+                except InvalidArgument:  # larger than it may read: the reservation is spent
+                    used = cap
+                    raise
+                finally:
+                    used = max(used, got.response.num_bytes_downloaded)
                 keep = {
                     k: v
                     for k, v in got.response.headers.items()
                     if k.lower()
                     not in ("content-encoding", "content-length", "transfer-encoding", "connection")
                 }
+                used = max(used, len(body))
                 await route.fulfill(status=got.response.status_code, headers=keep, body=body)
         except ProxyAuthFailed as exc:  # render() reports it as it is: not a transient failure
             self.proxy_refused = exc
@@ -198,11 +220,22 @@ class BrowserPool:
         except Exception:  # the page is going away (closed, cancelled): nothing to fulfil
             with contextlib.suppress(Exception):
                 await route.abort("failed")
+        finally:
+            budget.settle(cap, used)
+
+    def budget_of(self, request: Any) -> ByteBudget:
+        """The byte budget of the page that made ``request`` (a shared one for pages we did not open)."""
+        try:
+            page = request.frame.page
+        except Exception:  # a worker's request has no frame
+            return self._stray
+        return self._budgets.get(page, self._stray)
 
     async def render(self, url: str, wait_for: str | None, timeout_s: float) -> bytes:
         """The DOM of ``url`` after it loaded (and, if given, once ``wait_for`` appeared)."""
         context = await self._ensure()
         page = await context.new_page()
+        self._budgets[page] = ByteBudget(PAGE_BYTE_BUDGET)
         try:
             ms = max(1.0, timeout_s) * 1000
             try:
@@ -228,6 +261,7 @@ class BrowserPool:
                 ) from None
             return html.encode("utf-8")
         finally:
+            self._budgets.pop(page, None)
             with contextlib.suppress(Exception):
                 await page.close()
 
