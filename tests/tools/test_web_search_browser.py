@@ -326,6 +326,20 @@ def test_w5_d3_a_page_that_grows_its_dom_is_refused_not_read_whole(agent, tmp_pa
     assert wait_gone(scope) == []
 
 
+def _search_a_page_of_scripts(agent, tmp_path, server, script: bytes, count: int):
+    """A results page that loads ``count`` copies of ``script``: the result and how many were asked for."""
+    for i in range(count):
+        server.route(f"/js/{i}", static(200, script, content_type="application/javascript"))
+    scripts = "".join(f"<script src='/js/{i}'></script>" for i in range(count))
+    page = P.js_rendered_bing_page(P.RESULTS).replace("</body>", scripts + "</body>")
+    server.route("/bing_browser", static(200, page, content_type=HTML))
+    s = session(agent, tmp_path, server)
+    res = s.tool(
+        "web_search", {"query": P.QUERY, "engines": ["bing_browser"], "timeout": 60, "format": "json"}
+    )
+    return res, len([h for h in server.hits() if h.path.startswith("/js/")])
+
+
 def test_w4_d3_a_page_gets_a_bounded_total_of_routed_bytes(agent, tmp_path, server, scope) -> None:
     """Each routed body is capped at 5 MiB, but nothing capped their sum: a page of 40 scripts of
     2 MiB each had all 80 MiB read for it. Now a page's requests together get ``PAGE_BYTE_BUDGET``
@@ -333,39 +347,21 @@ def test_w4_d3_a_page_gets_a_bounded_total_of_routed_bytes(agent, tmp_path, serv
     from tools.web_search.browser import PAGE_BYTE_BUDGET
 
     size, count = 2 << 20, 40
-    big = b"//" + b"x" * (size - 3) + b"\n"
-    for i in range(count):
-        server.route(f"/big/{i}", static(200, big, content_type="application/javascript"))
-    scripts = "".join(f"<script src='/big/{i}'></script>" for i in range(count))
-    page = P.js_rendered_bing_page(P.RESULTS).replace("</body>", scripts + "</body>")
-    server.route("/bing_browser", static(200, page, content_type=HTML))
-    s = session(agent, tmp_path, server)
-    res = s.tool(
-        "web_search", {"query": P.QUERY, "engines": ["bing_browser"], "timeout": 60, "format": "json"}
+    res, fetched = _search_a_page_of_scripts(
+        agent, tmp_path, server, b"//" + b"x" * (size - 3) + b"\n", count
     )
     assert res.exit_code == 0, res.output
     assert [r["url"] for r in json.loads(res.output)] == [u for _, u, _ in P.RESULTS]
-    fetched = [h for h in server.hits() if h.path.startswith("/big/")]
     # The page itself (a few KiB) plus whole scripts up to the budget; none past it.
-    assert len(fetched) <= PAGE_BYTE_BUDGET // size, f"{len(fetched)} of {count} scripts were fetched"
-    assert len(fetched) >= 2  # the budget limits a page, it does not refuse it its scripts
+    assert fetched <= PAGE_BYTE_BUDGET // size, f"{fetched} of {count} scripts were fetched"
+    assert fetched >= 2  # the budget limits a page, it does not refuse it its scripts
     assert wait_gone(scope) == []
 
 
 def test_w4_many_small_scripts_all_fit_the_page_budget(agent, tmp_path, server, scope) -> None:
     """Each request reserves up to 5 MiB before it is read, so 40 at once would reserve 200 MiB of a
     16 MiB budget: they wait for each other's reservations to settle instead of being refused."""
-    count = 40
-    small = b"//" + b"x" * (100 << 10) + b"\n"
-    for i in range(count):
-        server.route(f"/small/{i}", static(200, small, content_type="application/javascript"))
-    scripts = "".join(f"<script src='/small/{i}'></script>" for i in range(count))
-    page = P.js_rendered_bing_page(P.RESULTS).replace("</body>", scripts + "</body>")
-    server.route("/bing_browser", static(200, page, content_type=HTML))
-    s = session(agent, tmp_path, server)
-    res = s.tool(
-        "web_search", {"query": P.QUERY, "engines": ["bing_browser"], "timeout": 60, "format": "json"}
-    )
+    res, fetched = _search_a_page_of_scripts(agent, tmp_path, server, b"//" + b"x" * (100 << 10) + b"\n", 40)
     assert res.exit_code == 0, res.output
-    assert len([h for h in server.hits() if h.path.startswith("/small/")]) == count
+    assert fetched == 40
     assert wait_gone(scope) == []

@@ -10,12 +10,12 @@ Invariants:
 - the pool holds only children that have loaded the bridge and wait for their first — and only —
   job; ``take()`` hands one out and starts a replacement; a child that died while idle is dropped;
 - a fork of this process (a Celery prefork child) starts a pool of its own and closes its copies of
-  the parent's pipes (``os.register_at_fork``); ``atexit`` kills the idle children.
+  the parent's pipes; ``atexit`` kills the idle children (``tools/_child_pool.py``, shared with
+  the HTML converters).
 """
 
 from __future__ import annotations
 
-import atexit
 import collections
 import concurrent.futures
 import contextlib
@@ -26,6 +26,7 @@ import sys
 import threading
 from pathlib import Path
 
+from tools._child_pool import PerProcess, disown
 from tools._children import REAP_TIMEOUT_S, discard, kill
 
 HERE = Path(__file__).resolve().parent
@@ -148,38 +149,8 @@ class VmPool:
         """In a forked child: the parent's warm children are not ours; close our copies of their pipes."""
         for fut in self._idle:
             if fut.done() and fut.exception() is None:
-                proc = fut.result()
-                for pipe in (proc.stdin, proc.stdout, proc.stderr):
-                    if pipe is not None:
-                        with contextlib.suppress(OSError):
-                            pipe.close()
-                proc.returncode = 0  # never waited on here: it is the parent's child
+                disown(fut.result())
         self._idle.clear()
 
 
-_POOL: VmPool | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def pool() -> VmPool:
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None or _POOL.pid != os.getpid():
-            _POOL = VmPool()
-        return _POOL
-
-
-def _after_fork() -> None:
-    global _POOL
-    if _POOL is not None:
-        _POOL.forget_after_fork()
-    _POOL = None
-
-
-def _at_exit() -> None:
-    if _POOL is not None and _POOL.pid == os.getpid():
-        _POOL.shutdown()
-
-
-os.register_at_fork(after_in_child=_after_fork)
-atexit.register(_at_exit)
+pool = PerProcess(VmPool).get  # a fork's child starts its own; atexit kills the idle children

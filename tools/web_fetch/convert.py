@@ -22,13 +22,13 @@ Invariants:
 - a child that died or answered garbage is ``transport{op}``; a conversion error is a failure
   naming it; nothing raised here is untyped;
 - a fork of this process (a Celery prefork child) starts with an empty pool and closes its copies
-  of the parent's pipes; ``atexit`` kills the idle children.
+  of the parent's pipes; ``atexit`` kills the idle children (``tools/_child_pool.py``, shared
+  with the QuickJS pool).
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import json
 import os
 import struct
@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from kernel.errors import ToolError, Transport
-from tools._children import close_pipes, discard, kill
+from tools._child_pool import PerProcess, disown
+from tools._children import discard, kill
 from tools._offthread import abandon
 from tools.web_fetch.slots import Slots
 
@@ -97,35 +98,13 @@ class _Pool:
             kill(proc)
             discard(proc)
 
-
-_POOL: _Pool | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def pool() -> _Pool:
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None or _POOL.pid != os.getpid():
-            _POOL = _Pool()
-        return _POOL
+    def forget_after_fork(self) -> None:
+        for proc in self.idle:  # the parent's children: close our copies, never wait on them
+            disown(proc)
+        self.idle = []
 
 
-def _after_fork() -> None:
-    global _POOL
-    if _POOL is not None:
-        for proc in _POOL.idle:  # the parent's children: close our copies, never wait on them
-            close_pipes(proc)
-            proc.returncode = 0
-    _POOL = None
-
-
-def _at_exit() -> None:
-    if _POOL is not None and _POOL.pid == os.getpid():
-        _POOL.shutdown()
-
-
-os.register_at_fork(after_in_child=_after_fork)
-atexit.register(_at_exit)
+pool = PerProcess(_Pool).get  # a fork's child starts empty; atexit kills the idle children
 
 
 def _read_exact(pipe: IO[bytes], n: int) -> bytes:
