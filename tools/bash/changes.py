@@ -11,7 +11,8 @@ Two snapshot kinds, chosen by the workspace:
   is vetted or neutralised by ``kernel.gitsafe`` before it opens the repository.
 - **mtime** (no repository, or one libgit2 cannot read at all: a sha256 repository): size and
   mtime of every regular file under the root (``.git`` and ``.a3s`` skipped, symlinks not
-  followed), at most ``MTIME_SNAPSHOT_MAX_FILES`` files.
+  followed), at most ``MTIME_SNAPSHOT_MAX_FILES`` files and ``MTIME_SNAPSHOT_MAX_ENTRIES``
+  directory entries of any kind, read one entry at a time (a huge directory is never listed whole).
 
 Each snapshot runs in a worker thread under a ``SNAPSHOT_BUDGET_S`` (400 ms) budget; when either
 side runs out of budget or files, ``changed_paths`` is None ("unknown"), never a partial guess.
@@ -32,6 +33,10 @@ from tools._offthread import abandon
 
 SNAPSHOT_BUDGET_S = 0.4
 MTIME_SNAPSHOT_MAX_FILES = 20_000
+# Every directory entry the mtime walk reads counts (directories, symlinks, FIFOs too): a
+# directory of a million symlinks holds no regular file, yet costs as much to read.
+MTIME_SNAPSHOT_MAX_ENTRIES = 2 * MTIME_SNAPSHOT_MAX_FILES
+DEADLINE_CHECK_EVERY = 256  # entries between two looks at the clock
 MAX_DIRTY_PATHS_STATTED = 5_000
 MAX_CHANGED_PATHS = 1_000
 SKIPPED_DIRS = frozenset({".git", ".a3s"})
@@ -160,21 +165,51 @@ def _git_snapshot(root: Path, deadline: float) -> dict[str, Entry]:
 
 
 def _mtime_snapshot(root: Path, deadline: float) -> dict[str, Entry]:
+    """Size and mtime of every regular file, read incrementally: each directory is a ``scandir``
+    iterator pulled one entry at a time, so the caps stop the walk inside a huge directory (``os.walk``
+    read whole listings first). Directories are opened beneath the root refusing every symlink, by
+    descriptor, so a concurrent swap cannot walk the snapshot outside the workspace."""
+    from kernel.beneath import O_LIST_DIR, Beneath
+
     entries: dict[str, Entry] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        if time.monotonic() > deadline:
-            raise _Unknown
-        dirnames[:] = [d for d in dirnames if d not in SKIPPED_DIRS]
-        rel_dir = os.path.relpath(dirpath, root)
-        for name in filenames:
-            try:
-                st = os.lstat(os.path.join(dirpath, name))
-            except OSError:
-                continue
-            if not stat_mod.S_ISREG(st.st_mode):
-                continue
-            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-            entries[rel] = (0, st.st_size, st.st_mtime_ns)
-            if len(entries) > MTIME_SNAPSHOT_MAX_FILES:
+    pulled = 0
+    pending = [""]  # workspace-relative directories still to read ("" is the root)
+    beneath = Beneath(str(root))
+    try:
+        while pending:
+            rel_dir = pending.pop()
+            if time.monotonic() > deadline:
                 raise _Unknown
+            try:
+                fd = (
+                    beneath.open_strict(rel_dir, O_LIST_DIR)
+                    if rel_dir
+                    else os.open(".", O_LIST_DIR, dir_fd=beneath.root_fd)
+                )
+            except OSError:
+                continue  # gone, or a symlink now: not a directory of this workspace
+            try:
+                with os.scandir(fd) as listing:
+                    for entry in listing:
+                        pulled += 1
+                        if pulled > MTIME_SNAPSHOT_MAX_ENTRIES:
+                            raise _Unknown
+                        if pulled % DEADLINE_CHECK_EVERY == 0 and time.monotonic() > deadline:
+                            raise _Unknown
+                        rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+                        try:
+                            st = entry.stat(follow_symlinks=False)
+                        except OSError:
+                            continue
+                        if stat_mod.S_ISDIR(st.st_mode):
+                            if entry.name not in SKIPPED_DIRS:
+                                pending.append(rel)
+                        elif stat_mod.S_ISREG(st.st_mode):
+                            entries[rel] = (0, st.st_size, st.st_mtime_ns)
+                            if len(entries) > MTIME_SNAPSHOT_MAX_FILES:
+                                raise _Unknown
+            finally:
+                os.close(fd)
+    finally:
+        beneath.close()
     return entries
