@@ -37,6 +37,11 @@ class Settings(BaseSettings):
     # scripted:FILE. Its endpoint and key are the SDKs' own variables (OPENAI_BASE_URL/OPENAI_API_KEY,
     # ANTHROPIC_BASE_URL/ANTHROPIC_API_KEY), read by the process that calls the model (docs/agent.md).
     model: str | None = None
+    # Bounds on every model request (docs/agent.md, flows/providers/time_bounds.py), read by the
+    # process that calls the model: the longest wait for the next byte (the SDKs' read timeout) and
+    # the whole request, connect to last byte. A run's earlier timeout_ms still wins.
+    model_idle_timeout_s: float = Field(default=600.0, gt=0)
+    model_request_timeout_s: float = Field(default=3600.0, gt=0)
     # MCP servers every session gets (A3S_MCP_CONFIG: a .mcp.json-shaped file); on a worker, the only
     # servers it will start. A3S_MCP_WORKSPACE_CONFIG=1 also reads each workspace's .mcp.json
     # (it starts programs: only where every workspace is trusted). docs/mcp-and-skills.md.

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from flows.providers.base import Provider, drain
 from flows.providers.merge import ToolCallAccumulator
+from flows.providers.time_bounds import IDLE_VAR, REQUEST_VAR
 from flows.providers.types import (
     Completion,
     Message,
@@ -91,7 +92,12 @@ def provider_for(name: str, env: Mapping[str, str] | None = None) -> Provider:
         base_var, key_var = _ENV_KEYS[kind]
         secret = env.get(key_var) or ""
         # The cache key holds a digest of the key, never the key itself.
-        key = (name, env.get(base_var) or "", hashlib.sha256(secret.encode()).hexdigest())
+        key = (
+            name,
+            env.get(base_var) or "",
+            hashlib.sha256(secret.encode()).hexdigest(),
+            *(env.get(var) or "" for var in (IDLE_VAR, REQUEST_VAR)),  # the request bounds
+        )
         if kind == "openai":
             from flows.providers.openai_chat import OpenAIChatProvider
 

@@ -29,11 +29,11 @@ from flows.providers.errors import (
     body_error_type,
     status_error,
     stream_error,
-    timeout_error,
     transport_error,
 )
 from flows.providers.http_bounds import ResponseTooLarge, bounded_http_client, too_large_in
 from flows.providers.merge import ToolCallAccumulator
+from flows.providers.time_bounds import model_timeouts
 from flows.providers.types import (
     MAX_TOKEN_COUNT,
     Completion,
@@ -64,6 +64,7 @@ class AnthropicMessagesProvider:
         self.name = f"anthropic:{model}"
         # Only these two variables are kept; nothing else of the environment is read.
         self._env = {k: env.get(k) or "" for k in ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY")}
+        self._timeouts = model_timeouts(env)  # idle bound and request ceiling (A3S_MODEL_*_TIMEOUT_S)
         self._clients = ClientsPerLoop(self._new_client)
 
     def _new_client(self) -> Any:
@@ -74,27 +75,31 @@ class AnthropicMessagesProvider:
             http_client=bounded_http_client(anthropic.DefaultAsyncHttpxClient),  # answers read bounded
         )
 
+    def _http_timeout(self, deadline: float, started: float) -> Any:
+        return self._timeouts.http_timeout(seconds_left(deadline, started))
+
     async def complete(self, request: ModelRequest) -> Completion:
         return await drain(self.stream(request))
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         started = time.monotonic()
+        deadline = self._timeouts.deadline(request.deadline, started)  # the run's, or the ceiling
         params = self._params(request)
         try:
             messages = self._clients.get().messages
             create = messages.create if request.stream else messages.with_raw_response.create
             response = await before_deadline(
-                create(**params, stream=request.stream, timeout=seconds_left(request.deadline, started)),
-                request.deadline,
+                create(**params, stream=request.stream, timeout=self._http_timeout(deadline, started)),
+                deadline,
                 started,
             )
             if not request.stream:
-                completion = _parse_body(await response.read())
+                completion = _parse_body(await before_deadline(response.read(), deadline, started))
                 if completion.message.content:
                     yield TextDelta(completion.message.content)
                 yield completion
                 return
-            async for item in _read_stream(response, request.deadline, started):
+            async for item in _read_stream(response, deadline, started):
                 yield item
         except ResponseTooLarge as exc:
             raise exc.error() from None
@@ -103,8 +108,8 @@ class AnthropicMessagesProvider:
             if exc.status_code == 200:  # an `error` event inside the stream: its typed `type` decides
                 raise stream_error(body_error_type(exc.body), detail) from None
             raise status_error(exc.status_code, exc.response.headers, detail) from None
-        except anthropic.APITimeoutError:
-            raise timeout_error(started) from None
+        except (anthropic.APITimeoutError, httpx2.TimeoutException):  # mid-stream, httpx's own error
+            raise self._timeouts.error(started, deadline) from None
         except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
             if (big := too_large_in(exc)) is not None:  # the SDK wrapped it
                 raise big.error() from None
@@ -236,7 +241,7 @@ def _completion(response: dict[str, Any], arguments: Callable[[Any], str]) -> Co
     )
 
 
-async def _read_stream(events: Any, deadline: float | None, started: float) -> AsyncIterator[StreamItem]:
+async def _read_stream(events: Any, deadline: float, started: float) -> AsyncIterator[StreamItem]:
     text: list[str] = []
     calls = ToolCallAccumulator()
     usage = Usage()

@@ -3,9 +3,10 @@
 A provider turns a ``ModelRequest`` into a stream of ``TextDelta`` / ``ToolCallDelta`` items ending
 in exactly one ``Completion`` (merged tool calls + usage). ``complete()`` drains that stream.
 
-Deadlines: each await on the wire is bounded by the request's deadline (``time.monotonic()``), so a
-server that stops sending mid-stream cannot hold a run past it; the SDK's own timeout is set to the
-time left as well. Retries are *not* done here: the SDK clients are built with ``max_retries=0`` and
+Deadlines: each await on the wire is bounded by the request's deadline (``time.monotonic()``: the
+run's, or the request ceiling of ``time_bounds.py`` when earlier), so a server that stops sending or
+trickles mid-stream cannot hold a run past it; the SDK's own timeout is the idle bound, never more
+than the time left. Retries are *not* done here: the SDK clients are built with ``max_retries=0`` and
 the agent loop retries typed failures (bounded, visible as ``model_retry`` events).
 """
 
@@ -21,7 +22,6 @@ from flows.providers.errors import timeout_error
 from flows.providers.types import Completion, ModelRequest, ProviderFeatures, StreamItem
 
 T = TypeVar("T")
-DEFAULT_REQUEST_TIMEOUT_S = 600.0  # no deadline given: the SDK's own per-request bound
 
 
 @runtime_checkable
@@ -45,20 +45,16 @@ async def drain(stream: AsyncIterator[StreamItem]) -> Completion:
     return final
 
 
-def seconds_left(deadline: float | None, started: float) -> float:
+def seconds_left(deadline: float, started: float) -> float:
     """Seconds until ``deadline``; raises the typed timeout when it already passed."""
-    if deadline is None:
-        return DEFAULT_REQUEST_TIMEOUT_S
     left = deadline - time.monotonic()
     if left <= 0:
         raise timeout_error(started)
     return left
 
 
-async def before_deadline(aw: Awaitable[T], deadline: float | None, started: float) -> T:
+async def before_deadline(aw: Awaitable[T], deadline: float, started: float) -> T:
     """``await aw`` bounded by ``deadline``; past it, the typed ``timeout{op: "model"}``."""
-    if deadline is None:
-        return await aw
     try:
         async with asyncio.timeout(seconds_left(deadline, started)):
             return await aw

@@ -6,7 +6,8 @@ what happened                                              kind
 HTTP 429                                                   ``rate_limited{retry_after_ms}`` (from
                                                            ``retry-after-ms`` / ``Retry-After``)
 HTTP 408, HTTP 5xx, connection refused/reset/closed        ``transport{op: "model"}``
-the request's deadline passed (SDK timeout included)       ``timeout{op: "model", duration_ms}``
+the request's deadline or ceiling passed, or no byte came  ``timeout{op: "model", duration_ms}``
+within the idle bound (``time_bounds.py``)
 the caller cancelled                                       ``cancelled{op: "model"}`` (by the loop)
 another HTTP status (400, 401, 403, 404, 422…)             ``provider_error{status}``
 an error event inside a 200 stream                         by its typed ``error.type`` field
@@ -112,9 +113,10 @@ class EmptyStream(Transport):
         super().__init__("model stream ended before any content", op=OP)
 
 
-def timeout_error(started: float) -> Timeout:
+def timeout_error(started: float, why: str = "") -> Timeout:
     duration_ms = int((time.monotonic() - started) * 1000)
-    return Timeout(f"model request timed out after {duration_ms}ms", op=OP, duration_ms=duration_ms)
+    suffix = f" ({why})" if why else ""
+    return Timeout(f"model request timed out after {duration_ms}ms{suffix}", op=OP, duration_ms=duration_ms)
 
 
 def transport_error(exc: BaseException) -> Transport:

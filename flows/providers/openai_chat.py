@@ -24,11 +24,11 @@ from flows.providers.errors import (
     body_error_type,
     status_error,
     stream_error,
-    timeout_error,
     transport_error,
 )
 from flows.providers.http_bounds import ResponseTooLarge, bounded_http_client, too_large_in
 from flows.providers.merge import ToolCallAccumulator
+from flows.providers.time_bounds import model_timeouts
 from flows.providers.types import (
     Completion,
     Message,
@@ -56,6 +56,7 @@ class OpenAIChatProvider:
         self.name = f"openai:{model}"
         # Only these two variables are kept; nothing else of the environment is read.
         self._env = {k: env.get(k) or "" for k in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
+        self._timeouts = model_timeouts(env)  # idle bound and request ceiling (A3S_MODEL_*_TIMEOUT_S)
         self._clients = ClientsPerLoop(self._new_client)
 
     def _new_client(self) -> Any:
@@ -66,19 +67,23 @@ class OpenAIChatProvider:
             http_client=bounded_http_client(openai.DefaultAsyncHttpxClient),  # answers read bounded
         )
 
+    def _http_timeout(self, deadline: float, started: float) -> Any:
+        return self._timeouts.http_timeout(seconds_left(deadline, started))
+
     async def complete(self, request: ModelRequest) -> Completion:
         return await drain(self.stream(request))
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         started = time.monotonic()
+        deadline = self._timeouts.deadline(request.deadline, started)  # the run's, or the ceiling
         params = self._params(request)
         try:
             if not request.stream:
                 response = await before_deadline(
                     self._clients.get().chat.completions.create(
-                        **params, timeout=seconds_left(request.deadline, started)
+                        **params, timeout=self._http_timeout(deadline, started)
                     ),
-                    request.deadline,
+                    deadline,
                     started,
                 )
                 completion = _completion(response)
@@ -91,19 +96,19 @@ class OpenAIChatProvider:
                     **params,
                     stream=True,
                     stream_options={"include_usage": True},
-                    timeout=seconds_left(request.deadline, started),
+                    timeout=self._http_timeout(deadline, started),
                 ),
-                request.deadline,
+                deadline,
                 started,
             )
-            async for item in _read_stream(chunks, request.deadline, started):
+            async for item in _read_stream(chunks, deadline, started):
                 yield item
         except ResponseTooLarge as exc:
             raise exc.error() from None
         except openai.APIStatusError as exc:
             raise _status_error(exc, self._env["OPENAI_API_KEY"]) from None
-        except openai.APITimeoutError:
-            raise timeout_error(started) from None
+        except (openai.APITimeoutError, httpx2.TimeoutException):  # mid-stream, httpx's own error
+            raise self._timeouts.error(started, deadline) from None
         except (openai.APIConnectionError, httpx2.TransportError) as exc:
             if (big := too_large_in(exc)) is not None:  # the SDK wrapped it
                 raise big.error() from None
@@ -219,7 +224,7 @@ def _completion(response: Any) -> Completion:
     return Completion(Message("assistant", content, calls), _usage(response.usage), stop)
 
 
-async def _read_stream(chunks: Any, deadline: float | None, started: float) -> AsyncIterator[StreamItem]:
+async def _read_stream(chunks: Any, deadline: float, started: float) -> AsyncIterator[StreamItem]:
     text: list[str] = []
     calls = ToolCallAccumulator()
     usage = Usage()
