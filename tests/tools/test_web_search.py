@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -696,3 +697,31 @@ def test_w5_an_engine_page_slow_to_parse_neither_freezes_the_loop_nor_outlives_t
     assert took < 5, f"a 2 s search took {took:.1f} s"
     gaps = [b - a for a, b in itertools.pairwise(ticks)]
     assert max(gaps) < 1.0, f"the event loop stood still for {max(gaps):.1f} s"
+
+
+def test_w5_k6_an_engine_page_parse_stops_at_the_search_deadline(agent, tmp_path, server) -> None:
+    """The parse ran in a thread the deadline left behind, which went on alone for seconds (the
+    rest of about 9 s of CPU) burning a core and holding a default-executor thread. Now the parser
+    checks the search's stop flag between result blocks: the thread ends within one block's work."""
+    filler = "<p><span>x</span></p>" * 190_000
+    page = "<html><body>" + '<div class="result">' * 250 + filler + "</div>" * 250 + "</body></html>"
+    server.route("/ddg", static(200, page, content_type=HTML))
+    s = session(agent, tmp_path, server)
+    res = s.tool("web_search", {"query": P.QUERY, "engines": ["ddg"], "timeout": 2})
+    assert res.exit_code != 0  # nothing parsed in time
+
+    ended = time.monotonic()
+    while _parsing() and time.monotonic() - ended < 20:
+        time.sleep(0.01)
+    late = time.monotonic() - ended
+    assert late < 0.5, f"the parse went on for {late:.1f} s after the call ended"
+
+
+def _parsing() -> bool:
+    """Whether some thread of this process is inside an engine parser now."""
+    for frame in sys._current_frames().values():
+        while frame is not None:
+            if frame.f_code.co_filename.endswith("web_search/parsers.py"):
+                return True
+            frame = frame.f_back
+    return False

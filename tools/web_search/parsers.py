@@ -17,6 +17,10 @@ tuples in page order. HTML pages are parsed with lxml using the engines' public 
 - Baidu (``div.result``/``div.c-container``: ``h3 a``, ``.c-abstract``/``[class*=content]``)
 - RSS/Atom through ``feedparser``; SearXNG, Tavily and Brave Search API as JSON.
 
+A parser takes the search's ``stopped`` flag and asks it before each result block: past the
+deadline it raises ``ParseStopped``, so the thread a timed-out search leaves behind ends within one
+block's work instead of parsing on alone for seconds (``engines._parse``).
+
 Markup drifts; a parser that finds nothing reports an *empty* result, which the circuit breaker
 counts (three in a row open it) instead of failing the search.
 """
@@ -25,8 +29,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl
 
 import lxml.html
@@ -35,7 +39,25 @@ from lxml import etree
 from tools.web_search.results import tidy
 
 Parsed = list[tuple[str, str, str, str | None]]  # title, href, snippet, published
-Parser = Callable[[bytes, str], Parsed]
+Stop = Callable[[], bool]
+Parser = Callable[[bytes, str, Stop], Parsed]
+T = TypeVar("T")
+
+
+class ParseStopped(Exception):
+    """The search ended (deadline, cancel) while its page was being parsed."""
+
+
+def _never() -> bool:
+    return False
+
+
+def _each(items: Iterable[T], stopped: Stop) -> Iterator[T]:
+    """``items``, asking ``stopped`` before each: one block's work is the most a stop waits for."""
+    for item in items:
+        if stopped():
+            raise ParseStopped
+        yield item
 
 
 def _doc(body: bytes, base: str) -> etree._Element | None:
@@ -58,12 +80,12 @@ def _cls(name: str) -> str:
     return f"contains(concat(' ', normalize-space(@class), ' '), ' {name} ')"
 
 
-def parse_ddg(body: bytes, base: str) -> Parsed:
+def parse_ddg(body: bytes, base: str, stopped: Stop = _never) -> Parsed:
     doc = _doc(body, base)
     out: Parsed = []
     if doc is None:
         return out
-    for block in doc.xpath(f"//div[{_cls('result')}]"):
+    for block in _each(doc.xpath(f"//div[{_cls('result')}]"), stopped):
         link = _first(block, f".//a[{_cls('result__a')}]")
         if link is None:
             continue
@@ -72,12 +94,12 @@ def parse_ddg(body: bytes, base: str) -> Parsed:
     return out
 
 
-def parse_brave(body: bytes, base: str) -> Parsed:
+def parse_brave(body: bytes, base: str, stopped: Stop = _never) -> Parsed:
     doc = _doc(body, base)
     out: Parsed = []
     if doc is None:
         return out
-    for block in doc.xpath("//div[@data-type='web']"):
+    for block in _each(doc.xpath("//div[@data-type='web']"), stopped):
         link = _first(block, ".//a[@href]")
         if link is None:
             continue
@@ -90,12 +112,12 @@ def parse_brave(body: bytes, base: str) -> Parsed:
     return out
 
 
-def parse_bing(body: bytes, base: str) -> Parsed:
+def parse_bing(body: bytes, base: str, stopped: Stop = _never) -> Parsed:
     doc = _doc(body, base)
     out: Parsed = []
     if doc is None:
         return out
-    for block in doc.xpath(f"//li[{_cls('b_algo')}]"):
+    for block in _each(doc.xpath(f"//li[{_cls('b_algo')}]"), stopped):
         link = _first(block, ".//h2//a[@href]")
         if link is None:
             continue
@@ -122,14 +144,14 @@ def _date(text: str) -> str | None:
     return f"{year:04d}-{month:02d}-{day:02d}" if 1 <= month <= 12 and 1 <= day <= 31 else None
 
 
-def parse_sogou(body: bytes, base: str) -> Parsed:
+def parse_sogou(body: bytes, base: str, stopped: Stop = _never) -> Parsed:
     doc = _doc(body, base)
     out: Parsed = []
     if doc is None:
         return out
     # Rich cards (weather, dictionary, …) are vrwraps with a special-wrap inside: not web results.
     blocks = doc.xpath(f"//div[({_cls('vrwrap')} or {_cls('rb')}) and not(.//div[{_cls('special-wrap')}])]")
-    for block in blocks:
+    for block in _each(blocks, stopped):
         link = _first(block, f".//h3[{_cls('vr-title')} or {_cls('pt')}]//a[@href]")
         if link is None:
             link = _first(block, ".//h3//a[@href]")
@@ -146,12 +168,12 @@ def parse_sogou(body: bytes, base: str) -> Parsed:
     return out
 
 
-def parse_so360(body: bytes, base: str) -> Parsed:
+def parse_so360(body: bytes, base: str, stopped: Stop = _never) -> Parsed:
     doc = _doc(body, base)
     out: Parsed = []
     if doc is None:
         return out
-    for block in doc.xpath(f"//li[{_cls('res-list')}]"):
+    for block in _each(doc.xpath(f"//li[{_cls('res-list')}]"), stopped):
         link = _first(block, f".//h3[{_cls('res-title')}]//a[@href]")
         if link is None:
             link = _first(block, ".//h3//a[@href]")
@@ -167,12 +189,12 @@ def parse_so360(body: bytes, base: str) -> Parsed:
     return out
 
 
-def parse_wiki(body: bytes, base: str) -> Parsed:
+def parse_wiki(body: bytes, base: str, stopped: Stop = _never) -> Parsed:
     doc = _doc(body, base)
     out: Parsed = []
     if doc is None:
         return out
-    for block in doc.xpath(f"//li[{_cls('mw-search-result')}]"):
+    for block in _each(doc.xpath(f"//li[{_cls('mw-search-result')}]"), stopped):
         link = _first(block, f".//*[{_cls('mw-search-result-heading')}]//a[@href]")
         if link is None:
             continue
@@ -182,12 +204,12 @@ def parse_wiki(body: bytes, base: str) -> Parsed:
     return out
 
 
-def parse_google(body: bytes, base: str) -> Parsed:
+def parse_google(body: bytes, base: str, stopped: Stop = _never) -> Parsed:
     doc = _doc(body, base)
     out: Parsed = []
     if doc is None:
         return out
-    for link in doc.xpath("//a[@href][.//h3]"):
+    for link in _each(doc.xpath("//a[@href][.//h3]"), stopped):
         title = _text(_first(link, ".//h3"))
         block = _first(link, f"ancestor::div[{_cls('g')} or @data-hveid or {_cls('MjjYud')}][1]")
         snippet = ""
@@ -208,12 +230,12 @@ def _google_target(href: str) -> str:
     return href
 
 
-def parse_baidu(body: bytes, base: str) -> Parsed:
+def parse_baidu(body: bytes, base: str, stopped: Stop = _never) -> Parsed:
     doc = _doc(body, base)
     out: Parsed = []
     if doc is None:
         return out
-    for block in doc.xpath(f"//div[{_cls('result')} or {_cls('c-container')}]"):
+    for block in _each(doc.xpath(f"//div[{_cls('result')} or {_cls('c-container')}]"), stopped):
         link = _first(block, ".//h3//a[@href]")
         if link is None:
             continue
@@ -222,12 +244,12 @@ def parse_baidu(body: bytes, base: str) -> Parsed:
     return out
 
 
-def parse_feed(body: bytes, base: str) -> Parsed:
+def parse_feed(body: bytes, base: str, stopped: Stop = _never) -> Parsed:
     import feedparser  # imported on first use (module import is slow-ish)
 
     feed = feedparser.parse(body)
     out: Parsed = []
-    for entry in feed.entries:
+    for entry in _each(feed.entries, stopped):
         summary = entry.get("summary", "") or ""
         if "<" in summary:
             parsed = _doc(summary.encode(), base)
@@ -244,7 +266,7 @@ def _json(body: bytes) -> Any:
         return None
 
 
-def parse_searxng(body: bytes, base: str) -> Parsed:
+def parse_searxng(body: bytes, base: str, stopped: Stop = _never) -> Parsed:
     data = _json(body)
     rows = data.get("results", []) if isinstance(data, dict) else []
     return [
@@ -254,7 +276,7 @@ def parse_searxng(body: bytes, base: str) -> Parsed:
     ]
 
 
-def parse_tavily(body: bytes, base: str) -> Parsed:
+def parse_tavily(body: bytes, base: str, stopped: Stop = _never) -> Parsed:
     data = _json(body)
     rows = data.get("results", []) if isinstance(data, dict) else []
     return [
@@ -264,7 +286,7 @@ def parse_tavily(body: bytes, base: str) -> Parsed:
     ]
 
 
-def parse_brave_api(body: bytes, base: str) -> Parsed:
+def parse_brave_api(body: bytes, base: str, stopped: Stop = _never) -> Parsed:
     data = _json(body)
     web = data.get("web", {}) if isinstance(data, dict) else {}
     rows = web.get("results", []) if isinstance(web, dict) else []
