@@ -16,7 +16,6 @@ workspace's ``.a3s/workflow/<run_id>.jsonl``.
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,6 +24,7 @@ from flows.workflow.driver import (
     DEFAULT_MAX_CONCURRENT_GENERATIONS,
     DEFAULT_MAX_CONCURRENT_STEPS,
     DEFAULT_TIMEOUT_MS,
+    MAX_RESULT_BYTES,
     StepCall,
     StepRunner,
     WorkflowDriver,
@@ -37,6 +37,7 @@ from kernel.errors import ToolError, Unsupported, error_from_kind
 from kernel.origin import ControlPlane, Origin
 from kernel.result import ToolResult
 from kernel.spec import ToolSpec
+from tools._jsontext import pretty_or_compact
 from tools.program.source import check_inputs, load_source
 
 MAX_TIMEOUT_MS = 24 * 3_600_000
@@ -127,7 +128,7 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
         limits=limits,
         deadline=ctx.deadline,
     )
-    return report(outcome)
+    return await report(outcome)
 
 
 def _progress_view(event: dict[str, Any]) -> dict[str, Any]:
@@ -136,7 +137,7 @@ def _progress_view(event: dict[str, Any]) -> dict[str, Any]:
     return {k: event[k] for k in keep if k in event}
 
 
-def report(outcome: WorkflowOutcome) -> ToolResult:
+async def report(outcome: WorkflowOutcome) -> ToolResult:
     data = outcome.to_json()
     counts: dict[str, int] = {}
     for step in outcome.steps:
@@ -150,7 +151,9 @@ def report(outcome: WorkflowOutcome) -> ToolResult:
         lines += ["Console:", *outcome.logs]
     meta = {"workflow": {k: v for k, v in data.items() if k != "output"}, "output": outcome.output}
     if outcome.status == "completed":
-        pretty = json.dumps(outcome.output, indent=2, ensure_ascii=False, default=str)
+        # Indented when that stays within the result limit, else compact (the driver checked that
+        # it fits): built in a thread, so a 1 MiB result never stalls the event loop.
+        pretty = await pretty_or_compact(outcome.output, MAX_RESULT_BYTES, default=str)
         return ToolResult.success("dynamic_workflow", "\n".join([*lines, "Result:", pretty]) + "\n", meta)
     err: ToolError = error_from_kind(outcome.error_kind, outcome.error)
     result = ToolResult.failure("dynamic_workflow", err, meta)
