@@ -16,12 +16,20 @@ import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from types import SimpleNamespace
 from typing import Any
 
 import anthropic
 import httpx2
 
+from flows.providers.anthropic_events import (
+    StreamState,
+    as_object,
+    field,
+    malformed,
+    read_event,
+    stop_reason,
+    usage_of,
+)
 from flows.providers.base import ClientsPerLoop, before_deadline, drain, seconds_left
 from flows.providers.errors import (
     EmptyStream,
@@ -32,10 +40,8 @@ from flows.providers.errors import (
     transport_error,
 )
 from flows.providers.http_bounds import ResponseTooLarge, bounded_http_client, too_large_in
-from flows.providers.merge import ToolCallAccumulator
 from flows.providers.time_bounds import model_timeouts
 from flows.providers.types import (
-    MAX_TOKEN_COUNT,
     Completion,
     Message,
     ModelRequest,
@@ -43,17 +49,14 @@ from flows.providers.types import (
     StreamItem,
     TextDelta,
     ToolCall,
-    ToolCallDelta,
-    Usage,
-    token_count,
 )
+from flows.providers.wire_values import as_name, as_text
 
 DEFAULT_MAX_TOKENS = 4096
 DEFAULT_BASE_URL = "https://api.anthropic.com"  # explicit: the SDK would otherwise read os.environ itself
 PLACEHOLDER_KEY = "unused"
 # No native JSON mode here: generate_object's json/strict modes fall back to a forced tool (G-3).
 FEATURES = ProviderFeatures(tool_choice=True, json_mode=False, strict_schema=False)
-STOP_REASONS = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length", "stop_sequence": "stop"}
 
 
 class AnthropicMessagesProvider:
@@ -177,21 +180,6 @@ def wire_messages(messages: list[Message]) -> list[dict[str, Any]]:
     return out
 
 
-def _usage(raw: Any, base: Usage | None = None) -> Usage:
-    if raw is None:
-        return base or Usage()
-    # Counters as the server sent them (the SDK does not validate): clamped, never raised on.
-    read = token_count(getattr(raw, "cache_read_input_tokens", None))
-    write = token_count(getattr(raw, "cache_creation_input_tokens", None))
-    fresh = getattr(raw, "input_tokens", None)
-    prompt = (
-        min(token_count(fresh) + read + write, MAX_TOKEN_COUNT)
-        if fresh is not None
-        else (base.prompt_tokens if base else 0)
-    )
-    return Usage(prompt, token_count(getattr(raw, "output_tokens", None)), read, write)
-
-
 # A non-streamed body is read here, not by the SDK: its ``json.loads`` refuses an integer over Python's
 # int-string limit (4300 digits) in a tool call's ``input`` with a ValueError that failed the whole
 # run. Such an integer is kept as its digits and handed on in the call's argument text, where the
@@ -219,34 +207,36 @@ class _LongInts:
 
 def _parse_body(body: bytes) -> Completion:
     long_ints = _LongInts()
-    return _completion(json.loads(body, parse_int=long_ints.parse_int), long_ints.arguments)
+    try:
+        response = json.loads(body, parse_int=long_ints.parse_int)
+    except (ValueError, RecursionError):
+        raise malformed("an answer that cannot be read as JSON") from None
+    return _completion(as_object(response, "the answer"), long_ints.arguments)
 
 
-def _completion(response: dict[str, Any], arguments: Callable[[Any], str]) -> Completion:
-    """A non-streamed ``Message`` body, parsed, as a ``Completion``; ``arguments`` writes a tool call's input."""
+def _completion(response: Any, arguments: Callable[[Any], str]) -> Completion:
+    """A non-streamed ``Message`` body, parsed, as a ``Completion``; ``arguments`` writes a tool call's
+    input. Fields are read as in a stream (``anthropic_events``): a block that is not an object is
+    skipped, a name or id of the wrong type never handed on."""
     text: list[str] = []
     calls: list[ToolCall] = []
-    for block in response.get("content") or ():
-        if block.get("type") == "text":
-            text.append(str(block.get("text") or ""))
-        elif block.get("type") == "tool_use":
-            calls.append(ToolCall(str(block["id"]), str(block["name"]), arguments(block.get("input", {}))))
-    reason = response.get("stop_reason") or ""
-    stop = STOP_REASONS.get(reason, reason or "stop")
-    usage = response.get("usage")
+    content = field(response, "content")
+    for block in content if isinstance(content, list) else ():
+        if field(block, "type") == "text":
+            text.append(as_text(field(block, "text")))
+        elif field(block, "type") == "tool_use":
+            call_id = as_name(field(block, "id")) or f"toolu_{len(calls)}"
+            calls.append(
+                ToolCall(call_id, as_name(field(block, "name")), arguments(field(block, "input") or {}))
+            )
+    stop = stop_reason(field(response, "stop_reason")) or "stop"
     return Completion(
-        Message("assistant", "".join(text), tuple(calls)),
-        _usage(SimpleNamespace(**usage) if isinstance(usage, dict) else None),
-        stop,
+        Message("assistant", "".join(text), tuple(calls)), usage_of(field(response, "usage")), stop
     )
 
 
 async def _read_stream(events: Any, deadline: float, started: float) -> AsyncIterator[StreamItem]:
-    text: list[str] = []
-    calls = ToolCallAccumulator()
-    usage = Usage()
-    stop = ""
-    started_message = False
+    state = StreamState()
     iterator = events.__aiter__()
     try:
         while True:
@@ -254,43 +244,14 @@ async def _read_stream(events: Any, deadline: float, started: float) -> AsyncIte
                 event = await before_deadline(iterator.__anext__(), deadline, started)
             except StopAsyncIteration:
                 break
-            kind = event.type
-            if kind == "message_start":
-                started_message = True
-                usage = _usage(event.message.usage)
-            elif kind == "content_block_start":
-                block = event.content_block
-                if block.type == "tool_use":
-                    piece = ToolCallDelta(event.index, block.id, block.name, "")
-                    calls.add(piece)
-                    yield piece
-                elif block.type == "text" and block.text:
-                    text.append(block.text)
-                    yield TextDelta(block.text)
-            elif kind == "content_block_delta":
-                delta = event.delta
-                if delta.type == "text_delta":
-                    text.append(delta.text)
-                    yield TextDelta(delta.text)
-                elif delta.type == "input_json_delta":
-                    piece = ToolCallDelta(event.index, None, None, delta.partial_json)
-                    calls.add(piece)
-                    yield piece
-            elif kind == "message_delta":
-                late = _usage(event.usage, usage)  # output tokens are cumulative here
-                usage = Usage(
-                    late.prompt_tokens or usage.prompt_tokens,
-                    late.completion_tokens,
-                    late.cached_tokens or usage.cached_tokens,
-                    late.cache_write_tokens or usage.cache_write_tokens,
-                )
-                if event.delta.stop_reason:
-                    stop = STOP_REASONS.get(event.delta.stop_reason, event.delta.stop_reason)
+            except (ValueError, RecursionError):  # the SDK's json.loads of the event's data
+                raise malformed("an event whose data cannot be read as JSON") from None
+            for item in read_event(event, state):
+                yield item
     finally:
         await events.close()
-    merged = calls.calls("toolu")
-    if not started_message and not text and not merged:
+    merged = state.calls.calls("toolu")
+    if not state.started and not state.text and not merged:
         raise EmptyStream()
-    yield Completion(
-        Message("assistant", "".join(text), merged), usage, stop or ("tool_calls" if merged else "stop")
-    )
+    stop = state.stop or ("tool_calls" if merged else "stop")
+    yield Completion(Message("assistant", "".join(state.text), merged), state.usage, stop)
