@@ -14,7 +14,9 @@ program bridge or the workflow driver). Invariants:
   process with ``PR_SET_PDEATHSIG``) and are reaped after they exit — off the caller's path when
   they ended on their own, before returning when they had to be killed;
 - every line a child sends is bounded (``MAX_LINE_BYTES``); a longer one ends the run, and so does
-  JSON nested too deeply for the host to parse. Lone UTF-16 surrogates in what the child sends (a
+  JSON nested too deeply for the host to parse, and a line of more than ``MAX_LINE_VALUES`` JSON
+  values (``linevalues.py``: counted before parsing, ``budget_exhausted{resource:
+  "vm_message_values"}``). Lone UTF-16 surrogates in what the child sends (a
   script's ``'ab😀'.slice(0, 3)``) become U+FFFD, as JavaScript's ``toWellFormed()`` does — the host
   cannot encode them as UTF-8;
 - host memory per run is bounded whatever the script queues: at most ``MAX_PENDING_REQUESTS``
@@ -41,6 +43,7 @@ from typing import Any
 
 from kernel.errors import BudgetExhausted
 from tools._children import REAP_TIMEOUT_S, close_pipes, discard, kill
+from tools.program.linevalues import MAX_LINE_VALUES, needs_count, within_value_cap
 from tools.program.pool import VmPool, pool
 
 GRACE_S = 0.5
@@ -80,6 +83,10 @@ class VmOutcome:
     logs: list[str] = field(default_factory=list)
     step_id: str | None = None  # a workflow step's rejection that ended the script
     duration_ms: int = 0
+
+
+class LineTooManyValues(Exception):
+    """A line from the child holds more than ``MAX_LINE_VALUES`` JSON values: not parsed."""
 
 
 class HandlerAbort(Exception):
@@ -172,8 +179,16 @@ class _Channel:
         line = await self.reader.readline()
         if not line:
             return None
+        data: bytes | str = line
+        if needs_count(line):
+            # Parsing makes an object per value (8 MiB of `{}`: ~190 MB, 0.25-0.6 s holding the
+            # GIL): counted first, off the loop, and refused past the cap (linevalues.py).
+            text = await asyncio.to_thread(within_value_cap, line)
+            if text is None:
+                raise LineTooManyValues
+            data = text
         try:
-            msg = json.loads(line)
+            msg = json.loads(data)
             if _SURROGATE_HINT.search(line):
                 msg = _well_formed(msg)
         except RecursionError:
@@ -299,6 +314,15 @@ async def run_script(
             if outcome is None and receiver in done:
                 outcome = _on_message(receiver.result(), proc, channel, handle, handlers, per_call)
                 receiver = asyncio.ensure_future(channel.receive())
+        return outcome
+    except LineTooManyValues:
+        err = BudgetExhausted(
+            f"the script sent the host a message of more than {MAX_LINE_VALUES} JSON values (arguments "
+            "or a result this large cost the host far more memory than its bytes); return a summary",
+            resource="vm_message_values",
+            reason="max_message_values",
+        )
+        outcome = VmOutcome(False, kind="aborted", error=err.message, value=err)
         return outcome
     except (ValueError, asyncio.LimitOverrunError, asyncio.IncompleteReadError) as exc:
         outcome = VmOutcome(

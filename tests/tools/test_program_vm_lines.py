@@ -1,0 +1,110 @@
+"""A line from the QuickJS child is counted before it is parsed (SPEC K-6, K-8, P-3).
+
+A script controls every value it sends: ``return new Array(2e6).fill([])`` is one 6 MiB line that
+``json.loads`` turns into two million lists — ~156 MB more host memory and 0.23-0.73 s with the
+event loop stopped (it holds the GIL). Now a line of more than ``MAX_LINE_VALUES`` values is refused
+typed before it is parsed, counted off the loop. Real QuickJS; the memory probe runs the host in a
+separate process with an address-space cap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+from orchestrator import Agent
+from tools.program.linevalues import MAX_LINE_VALUES, count_values, within_value_cap
+
+ROOT = Path(__file__).resolve().parents[2]
+CAP_BYTES = 3 * 1024**3
+
+HOST = """
+import asyncio, json, resource, sys
+from tools.program.source import prepare
+from tools.program.vm import run_script
+from tests.tools.loop_ticker import while_ticking
+
+async def main():
+    loop = asyncio.get_running_loop()
+
+    async def handle(calls):
+        return []
+
+    def job(src):
+        return {"profile": "program", "source": prepare(src), "inputs": {}}
+
+    warm = await run_script(job("async function run() { return 1 }"), handle, loop.time() + 30)
+    assert warm.ok, warm
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    big = job("async function run() { return new Array(2000000).fill([]) }")
+    out, gap = await while_ticking(lambda: run_script(big, handle, loop.time() + 60))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    print(json.dumps({"ok": out.ok, "kind": out.kind, "error_kind": out.value.to_kind() if out.kind == "aborted" else None,
+                      "gap_s": gap, "grew_mb": peak - base}), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def _limit() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (CAP_BYTES, CAP_BYTES))
+
+
+def test_k6_k8_a_line_of_two_million_tiny_values_is_refused_unparsed_and_off_the_loop() -> None:
+    """Before: ok, the host grew 156 MB and the loop stood still 0.73 s; now refused typed,
+    the host grows ~12 MB and the loop's longest gap is ~0.03 s."""
+    out = subprocess.run(
+        [sys.executable, "-c", HOST],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        timeout=180,
+        preexec_fn=_limit,
+    )
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    assert lines, out.stderr[-2000:]
+    report = json.loads(lines[-1])
+    assert report["ok"] is False and report["kind"] == "aborted", report
+    assert report["error_kind"] == {
+        "type": "budget_exhausted",
+        "resource": "vm_message_values",
+        "reason": "max_message_values",
+    }
+    assert report["grew_mb"] < 60, report
+    assert report["gap_s"] < 0.15, report
+
+
+def test_k8_p3_the_program_tool_reports_the_refusal_typed(tmp_path: Path) -> None:
+    with Agent() as agent:
+        s = agent.session(tmp_path)
+        result = s.program(source="async function run() { return new Array(400000).fill({}) }")
+    assert result.exit_code == 1
+    assert result.error_kind == {
+        "type": "budget_exhausted",
+        "resource": "vm_message_values",
+        "reason": "max_message_values",
+    }, result.output
+
+
+def test_p3_a_long_line_whose_separators_are_inside_strings_still_parses(tmp_path: Path) -> None:
+    """800 kB of ``,[{:`` in one string: over the cheap bound, under the exact count."""
+    with Agent() as agent:
+        s = agent.session(tmp_path)
+        result = s.program(source="async function run() { return {s: ',[{:'.repeat(200000)} }")
+    assert result.exit_code == 0, result.output
+    assert result.metadata["script_result"]["s"] == ",[{:" * 200_000
+
+
+def test_k8_the_count_is_an_upper_bound_and_stops_past_the_cap() -> None:
+    # 8 values and keys ({}, a, [], 1, 2, {}, b, "x,y"); the cheap bound also counts the quoted comma.
+    assert count_values('{"a":[1,2,{"b":"x,y"}]}') == 9
+    many = "[" + ",".join(['""'] * (MAX_LINE_VALUES * 3)) + "]"
+    assert MAX_LINE_VALUES < count_values(many) <= MAX_LINE_VALUES + 8
+    assert within_value_cap(many.encode()) is None
+    text = '{"t":"done","s":"' + ",,,," * MAX_LINE_VALUES + '"}'
+    assert within_value_cap(text.encode()) == text
