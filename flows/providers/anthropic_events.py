@@ -7,8 +7,8 @@ null``), a list as ``index`` or ``stop_reason``, or data that is not JSON at all
 TypeError/AttributeError/ValueError/RecursionError out of the provider — the run ended
 ``internal_error`` — and a number or list as a tool call's ``id``/``name`` was handed on as it came.
 
-Here every field is read through ``field`` and ``flows.providers.wire_values`` (text, argument
-text, names, indexes as the strings and ints the rest of the code expects). An event whose shape
+Here every field is read through ``flows.providers.wire_values`` (``field``; text, argument text,
+names, indexes as the strings and ints the rest of the code expects). An event whose shape
 cannot be read (its data, ``message``, ``content_block`` or ``delta`` not an object) or whose data is
 not JSON is ``provider_error{status: 200, reason: "malformed"}``: the same request would bring the
 same answer, so it is not retried. Unknown event types are skipped, as the SDK does.
@@ -23,35 +23,20 @@ from typing import Any
 
 import pydantic
 
+from flows.providers.errors import malformed
 from flows.providers.merge import ToolCallAccumulator
 from flows.providers.types import MAX_TOKEN_COUNT, StreamItem, TextDelta, ToolCallDelta, Usage, token_count
-from flows.providers.wire_values import as_arguments, as_index, as_name, as_text
-from kernel.errors import ProviderError
+from flows.providers.wire_values import (
+    MALFORMED,
+    as_arguments,
+    as_index,
+    as_name,
+    as_object,
+    as_text,
+    field,
+)
 
 STOP_REASONS = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length", "stop_sequence": "stop"}
-# What a failed read may raise: the SDK's json.loads (ValueError, RecursionError) and, as a last
-# guard, a field of a type no reader here expected.
-MALFORMED = (TypeError, AttributeError, KeyError, IndexError, ValueError, RecursionError)
-
-
-def malformed(what: str) -> ProviderError:
-    return ProviderError(f"model API sent a malformed answer ({what})", status=200, reason="malformed")
-
-
-def field(value: Any, name: str) -> Any:
-    """``value.name`` of an SDK object or ``value[name]`` of a dict; None for anything else."""
-    if isinstance(value, dict):
-        return value.get(name)
-    if isinstance(value, pydantic.BaseModel):
-        return getattr(value, name, None)
-    return None
-
-
-def as_object(value: Any, what: str) -> Any:
-    """``value`` when it is an object (an SDK object or a dict); ``malformed`` otherwise."""
-    if not isinstance(value, (dict, pydantic.BaseModel)):
-        raise malformed(f"{what} is {type(value).__name__}, not an object")
-    return value
 
 
 def stop_reason(value: Any) -> str:

@@ -21,20 +21,13 @@ from typing import Any
 import anthropic
 import httpx2
 
-from flows.providers.anthropic_events import (
-    StreamState,
-    as_object,
-    field,
-    malformed,
-    read_event,
-    stop_reason,
-    usage_of,
-)
+from flows.providers.anthropic_events import StreamState, read_event, stop_reason, usage_of
 from flows.providers.base import ClientsPerLoop, before_deadline, drain, seconds_left
 from flows.providers.errors import (
     EmptyStream,
     body_detail,
     body_error_type,
+    malformed,
     status_error,
     stream_error,
     transport_error,
@@ -50,7 +43,7 @@ from flows.providers.types import (
     TextDelta,
     ToolCall,
 )
-from flows.providers.wire_values import as_name, as_text
+from flows.providers.wire_values import as_name, as_object, as_text, field
 
 DEFAULT_MAX_TOKENS = 4096
 DEFAULT_BASE_URL = "https://api.anthropic.com"  # explicit: the SDK would otherwise read os.environ itself

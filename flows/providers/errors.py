@@ -10,6 +10,8 @@ the request's deadline or ceiling passed, or no byte came  ``timeout{op: "model"
 within the idle bound (``time_bounds.py``)
 the caller cancelled                                       ``cancelled{op: "model"}`` (by the loop)
 another HTTP status (400, 401, 403, 404, 422…)             ``provider_error{status}``
+an answer whose shape cannot be read (``wire_values``)     ``provider_error{status: 200,
+                                                           reason: "malformed"}``
 an error event inside a 200 stream                         by its typed ``error.type`` field
                                                            (``rate_limit_error`` → rate_limited;
                                                            ``overloaded_error``/``api_error`` →
@@ -111,6 +113,12 @@ class EmptyStream(Transport):
 
     def __init__(self) -> None:
         super().__init__("model stream ended before any content", op=OP)
+
+
+def malformed(what: str) -> ProviderError:
+    """An answer whose shape cannot be read (``wire_values``): the same request would bring the same
+    answer, so it is not retried."""
+    return ProviderError(f"model API sent a malformed answer ({what})", status=200, reason="malformed")
 
 
 def timeout_error(started: float, why: str = "") -> Timeout:

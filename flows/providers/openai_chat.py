@@ -10,6 +10,7 @@ empty ``choices`` list); tool-call pieces are merged by index (``merge.py``, #13
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -22,12 +23,13 @@ from flows.providers.errors import (
     EmptyStream,
     body_detail,
     body_error_type,
+    malformed,
     status_error,
     stream_error,
     transport_error,
 )
 from flows.providers.http_bounds import ResponseTooLarge, bounded_http_client, too_large_in
-from flows.providers.merge import ToolCallAccumulator
+from flows.providers.openai_chunks import StreamState, completion_of, read_chunk
 from flows.providers.time_bounds import model_timeouts
 from flows.providers.types import (
     Completion,
@@ -36,12 +38,8 @@ from flows.providers.types import (
     ProviderFeatures,
     StreamItem,
     TextDelta,
-    ToolCall,
-    ToolCallDelta,
     Usage,
-    token_count,
 )
-from flows.providers.wire_values import as_arguments, as_index, as_name, as_text
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"  # explicit: the SDK would otherwise read os.environ itself
 PLACEHOLDER_KEY = "unused"  # local servers need no key, the SDK requires a string
@@ -79,14 +77,15 @@ class OpenAIChatProvider:
         params = self._params(request)
         try:
             if not request.stream:
-                response = await before_deadline(
-                    self._clients.get().chat.completions.create(
+                # The body is parsed here, not by the SDK: what cannot be read is a typed error.
+                raw = await before_deadline(
+                    self._clients.get().chat.completions.with_raw_response.create(
                         **params, timeout=self._http_timeout(deadline, started)
                     ),
                     deadline,
                     started,
                 )
-                completion = _completion(response)
+                completion = completion_of(_parse_body(raw.content))
                 if completion.message.content:
                     yield TextDelta(completion.message.content)
                 yield completion
@@ -194,41 +193,15 @@ def _status_error(exc: openai.APIStatusError, key: str) -> Exception:
     return status_error(exc.status_code, exc.response.headers, body_detail(exc.body, key))
 
 
-def _usage(raw: Any) -> Usage:
-    if raw is None:
-        return Usage()
-    details = getattr(raw, "prompt_tokens_details", None)
-    cached = getattr(details, "cached_tokens", None) if details is not None else None
-    # Counters as the server sent them (the SDK does not validate): clamped, never raised on.
-    return Usage(
-        token_count(getattr(raw, "prompt_tokens", None)),
-        token_count(getattr(raw, "completion_tokens", None)),
-        token_count(cached),
-    )
-
-
-def _completion(response: Any) -> Completion:
-    choice = response.choices[0] if response.choices else None
-    msg = choice.message if choice is not None else None
-    calls = tuple(
-        ToolCall(
-            as_name(getattr(c, "id", None)) or f"call_{i}",
-            as_name(getattr(c.function, "name", None)),
-            as_arguments(getattr(c.function, "arguments", None)),
-        )
-        for i, c in enumerate((msg.tool_calls if msg is not None else None) or ())
-        if getattr(c, "function", None) is not None
-    )
-    content = as_text(msg.content if msg is not None else None)
-    stop = (choice.finish_reason if choice is not None else None) or ("tool_calls" if calls else "stop")
-    return Completion(Message("assistant", content, calls), _usage(response.usage), stop)
+def _parse_body(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        raise malformed("an answer that cannot be read as JSON") from None
 
 
 async def _read_stream(chunks: Any, deadline: float, started: float) -> AsyncIterator[StreamItem]:
-    text: list[str] = []
-    calls = ToolCallAccumulator()
-    usage = Usage()
-    stop = ""
+    state = StreamState()
     iterator = chunks.__aiter__()
     try:
         while True:
@@ -236,32 +209,14 @@ async def _read_stream(chunks: Any, deadline: float, started: float) -> AsyncIte
                 chunk = await before_deadline(iterator.__anext__(), deadline, started)
             except StopAsyncIteration:
                 break
-            if chunk.usage is not None:
-                usage = _usage(chunk.usage)
-            for choice in chunk.choices or ():
-                delta = choice.delta
-                if delta is not None:
-                    content = as_text(delta.content)
-                    if content:
-                        text.append(content)
-                        yield TextDelta(content)
-                    for tc in delta.tool_calls or ():
-                        fn = tc.function
-                        piece = ToolCallDelta(
-                            as_index(tc.index),
-                            as_name(tc.id),
-                            as_name(fn.name) if fn is not None else None,
-                            as_arguments(fn.arguments) if fn is not None else "",
-                        )
-                        calls.add(piece)
-                        yield piece
-                if choice.finish_reason:
-                    stop = choice.finish_reason
+            except (ValueError, RecursionError):  # the SDK's json.loads of the chunk's data
+                raise malformed("a chunk whose data cannot be read as JSON") from None
+            for item in read_chunk(chunk, state):
+                yield item
     finally:
         await chunks.close()
-    merged = calls.calls()
-    if not text and not merged and not stop and usage == Usage():
+    merged = state.calls.calls()
+    if not state.text and not merged and not state.stop and state.usage == Usage():
         raise EmptyStream()
-    yield Completion(
-        Message("assistant", "".join(text), merged), usage, stop or ("tool_calls" if merged else "stop")
-    )
+    stop = state.stop or ("tool_calls" if merged else "stop")
+    yield Completion(Message("assistant", "".join(state.text), merged), state.usage, stop)

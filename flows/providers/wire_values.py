@@ -6,12 +6,51 @@ server sent. OpenAI-compatible servers differ: some send a message's ``content``
 its text. Handed on as they came, the first ended a run ``success`` with its text lost (the list
 became the result's ``text``), the second ended the run ``internal_error`` (``'dict' object has no
 attribute 'strip'``). Here every such value becomes the string the rest of the code expects.
+
+A value whose *shape* is wrong — a list or a number where an object belongs (``"delta": [1]``,
+``"choices": 5``), or data that is not JSON — used to raise AttributeError/TypeError/ValueError out
+of the provider (the run ended ``internal_error``). ``field`` reads SDK objects and dicts alike,
+``as_object``/``as_list`` check a shape, and what cannot be read is
+``provider_error{status: 200, reason: "malformed"}`` (``errors.malformed``).
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+import pydantic
+
+from flows.providers.errors import malformed
+
+# What reading a malformed answer may raise: the SDK's json.loads (ValueError, RecursionError) and,
+# as a last guard, a field of a type no reader expected.
+MALFORMED = (TypeError, AttributeError, KeyError, IndexError, ValueError, RecursionError)
+
+
+def field(value: Any, name: str) -> Any:
+    """``value.name`` of an SDK object or ``value[name]`` of a dict; None for anything else."""
+    if isinstance(value, dict):
+        return value.get(name)
+    if isinstance(value, pydantic.BaseModel):
+        return getattr(value, name, None)
+    return None
+
+
+def as_object(value: Any, what: str) -> Any:
+    """``value`` when it is an object (an SDK object or a dict); ``malformed`` otherwise."""
+    if not isinstance(value, (dict, pydantic.BaseModel)):
+        raise malformed(f"{what} is {type(value).__name__}, not an object")
+    return value
+
+
+def as_list(value: Any, what: str) -> list[Any]:
+    """``value`` when it is a list, ``[]`` for null/absent; ``malformed`` otherwise."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise malformed(f"{what} is {type(value).__name__}, not a list")
+    return value
 
 
 def as_text(value: Any) -> str:
