@@ -28,7 +28,7 @@ WIRES = pytest.mark.parametrize("wire", ["openai", "anthropic"])
 STREAM = pytest.mark.parametrize("stream", [False, True], ids=["blocking", "streamed"])
 CEILING_S = 1.5
 IDLE_S = 1.0
-SLACK_S = 2.0  # set-up and shutdown of one turn on a loaded machine
+SLACK_S = 3.0  # set-up and shutdown of one turn on a loaded machine (CI: 2 cores, whole suite)
 HANG_S = 30.0  # before the bound, the turn never ended: the test fails here instead of hanging
 
 
