@@ -116,6 +116,8 @@ def _metering(key: str, amount: int) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Budget:
+    """A session's limits (SPEC S-5): tool calls, output bytes, wall time, model tokens; ``None`` is unlimited."""
+
     max_tool_calls: int | None = None
     max_output_bytes: int | None = None
     max_wall_time_ms: int | None = None
@@ -163,6 +165,8 @@ class Reservation:
 
 @dataclass(frozen=True, slots=True)
 class Threshold:
+    """A soft or hard budget line crossed by one resource (the ``budget_threshold`` event)."""
+
     resource: str
     kind: str  # "soft" | "hard"
     consumed: int

@@ -14,6 +14,8 @@ OutputKind = Literal["text", "structured", "diff", "mixed"]
 
 @dataclass(frozen=True, slots=True)
 class ToolCapabilities:
+    """Per-call scheduling capabilities of a tool (SPEC K-5)."""
+
     read_only: bool = False
     idempotent: bool = False
     resumable: bool = False

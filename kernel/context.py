@@ -108,6 +108,8 @@ class CancelFlag(threading.Event):
 
 @dataclass(eq=False)
 class ToolContext:
+    """What a running tool body gets besides its parameters: ids, origin, workspace, limits, services."""
+
     session_id: str
     call_id: str
     tool_name: str

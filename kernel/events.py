@@ -38,6 +38,8 @@ AGENT_EVENT_TYPES = ("run_start", "model_request", "text_delta", "model_retry", 
 
 @dataclass(slots=True)
 class Event:
+    """One session event (``tool_start``, ``tool_end``, ``budget_threshold``…) as sinks receive it."""
+
     type: str
     call_id: str
     tool: str

@@ -37,6 +37,8 @@ def thaw(value: Any) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class PreToolInput:
+    """What a pre-tool hook sees: the call, before it runs."""
+
     session_id: str
     call_id: str
     parent_call_id: str | None
@@ -47,6 +49,8 @@ class PreToolInput:
 
 @dataclass(frozen=True, slots=True)
 class PostToolInput:
+    """What a post-tool hook sees: the call and its result."""
+
     session_id: str
     call_id: str
     parent_call_id: str | None

@@ -47,6 +47,8 @@ ConfirmationHandler = Callable[[ConfirmationRequest], bool | Awaitable[bool]]
 
 @dataclass
 class SessionOptions:
+    """Everything a host may set on a session; every field optional (module docstring)."""
+
     tool_result_transform_policy: ToolResultTransformPolicyV1 | None = None
     permission_policy: PermissionPolicy | None = None
     confirmation: ConfirmationHandler | None = None

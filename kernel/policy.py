@@ -41,11 +41,15 @@ Atom = tuple[str, str]  # ("*", ""), ("?", ""), ("[", class regex), ("c", char)
 
 @dataclass(frozen=True, slots=True)
 class Allow:
+    """A permission decision: the call may run."""
+
     reason: str = "allowed by permission policy"
 
 
 @dataclass(frozen=True, slots=True)
 class Ask:
+    """A permission decision: the call needs confirmation."""
+
     reason: str = "no permission rule matched"
 
 
@@ -64,6 +68,8 @@ Subjects = str | Subject | Sequence[str | Subject] | None
 
 @dataclass(frozen=True, slots=True)
 class Rule:
+    """One parsed permission rule: the tool pattern and its specifier atoms."""
+
     text: str
     tool: re.Pattern[str]
     atoms: tuple[Atom, ...] | None  # None: no specifier, the rule matches every call of the tool
@@ -106,6 +112,8 @@ class Rule:
 
 @dataclass(frozen=True)
 class PermissionPolicy:
+    """Allow/ask/deny rules (``tool`` or ``tool(specifier)``); deny wins, then ask, then allow."""
+
     allow: tuple[str, ...] = ()
     ask: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()

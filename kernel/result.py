@@ -15,6 +15,8 @@ from kernel.errors import ToolError
 
 @dataclass(slots=True)
 class ToolResult:
+    """The outcome of one tool call: output, exit code, metadata, typed error kind, trust."""
+
     name: str
     output: str
     exit_code: int = 0

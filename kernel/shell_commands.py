@@ -496,6 +496,8 @@ def _descendants(node: Any) -> Iterator[Any]:
 
 @dataclass(frozen=True, slots=True)
 class _Wrapper:
+    """How a wrapper command (``env``, ``timeout``, ``nice``…) takes its options before the command it runs."""
+
     flags: frozenset[str] = frozenset()
     with_arg: frozenset[str] = frozenset()
     string_opts: frozenset[str] = frozenset()

@@ -2,7 +2,10 @@
 
 Built-in tools declare a pydantic ``Params`` model (``extra="forbid"``); its Draft 2020-12 JSON
 Schema is generated once and cached, and validation runs the model in strict mode, which accepts
-exactly what the generated schema accepts. Host tools registered with a raw JSON Schema are
+exactly what the generated schema accepts. A tool on the CLI's one-call path (``read``, ``ls``)
+names its model by import path instead (``DeferredParams``) and adds a dependency-free ``quick``
+validator for ordinary arguments: pydantic is ~110 ms of start-up (issue 13 item 7), loaded only
+when the schema is asked for or ``quick`` leaves the arguments to the model. Host tools registered with a raw JSON Schema are
 validated by a cached ``jsonschema`` validator whose patterns are matched by RE2 in linear time
 (``kernel.schema_patterns``: a schema may come from a hostile MCP server). Either way a failure is ``invalid_argument`` whose
 message names the failing JSON path (``/files/0/limit: …`` or ``$: …``), at most 8 errors.
@@ -11,13 +14,12 @@ message names the failing JSON path (``/files/0/limit: …`` or ``$: …``), at 
 from __future__ import annotations
 
 import functools
+import importlib
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel, ValidationError
 
 from kernel.capabilities import ToolCapabilities
 from kernel.errors import InvalidArgument
@@ -26,6 +28,7 @@ from kernel.schema_steps import bounded_errors
 
 if TYPE_CHECKING:
     import jsonschema
+    from pydantic import BaseModel, ValidationError
 
     from kernel.context import ToolContext
     from kernel.result import ToolResult
@@ -53,6 +56,26 @@ def _no_subject(_params: Any) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class DeferredParams:
+    """A pydantic ``Params`` model named by ``"module:attribute"`` and imported on first need, and a
+    validator that needs no import at all.
+
+    ``quick(args)`` returns the parameters — an object with the model's attribute names and, field by
+    field, the values the model would give — or ``None`` to leave the arguments to the model, which
+    then accepts them or words the error. It may leave anything unusual to the model; it must never
+    accept what the model refuses (``tests/kernel/test_quick_params.py`` holds each ``quick`` to
+    its model on generated arguments)."""
+
+    model: str
+    quick: Callable[[dict[str, Any]], Any]
+
+    def load(self) -> type[BaseModel]:
+        module, _, attribute = self.model.partition(":")
+        loaded: type[BaseModel] = getattr(importlib.import_module(module), attribute or "Params")
+        return loaded
+
+
 @dataclass(frozen=True, eq=False)
 class ToolSpec:
     """A tool. ``params`` (pydantic) or ``parameters`` (raw JSON Schema) describes its arguments.
@@ -70,7 +93,7 @@ class ToolSpec:
     name: str
     description: str
     run: RunFn
-    params: type[BaseModel] | None = None
+    params: type[BaseModel] | DeferredParams | None = None
     parameters: dict[str, Any] | None = None
     capabilities: CapabilitiesFn = _conservative
     requires: frozenset[str] = frozenset()
@@ -101,8 +124,8 @@ class ToolSpec:
             raise ValueError(f"invalid tool name {self.name!r}")
         if (self.params is None) == (self.parameters is None):
             raise ValueError(f"tool {self.name!r} needs exactly one of params= or parameters=")
-        if self.params is not None and self.params.model_config.get("extra") != "forbid":
-            raise ValueError(f"tool {self.name!r}: Params must set extra='forbid'")
+        if self.params is not None and not isinstance(self.params, DeferredParams):
+            _ = self.params_model  # checked now; a deferred model is checked when it loads
         if self.parameters is not None:
             # A raw schema is the host's input: build (and so check) it now, so a bad one fails at
             # registration. A pydantic model's schema is generated on first use and cached per
@@ -116,11 +139,21 @@ class ToolSpec:
         return self.orchestrator or self.delegates
 
     @cached_property
+    def params_model(self) -> type[BaseModel] | None:
+        """The pydantic model of the arguments (imported now if it was deferred), checked."""
+        params = self.params
+        model = params.load() if isinstance(params, DeferredParams) else params
+        if model is not None and model.model_config.get("extra") != "forbid":
+            raise ValueError(f"tool {self.name!r}: Params must set extra='forbid'")
+        return model
+
+    @cached_property
     def json_schema(self) -> dict[str, Any]:
-        if self.params is not None:
+        model = self.params_model
+        if model is not None:
             # A top-level copy (``examples`` is added below); nested parts are shared with every spec of
             # the same params class and, like the whole schema, never mutated.
-            schema = dict(_params_schema(self.params))
+            schema = dict(_params_schema(model))
         else:
             assert self.parameters is not None
             schema = dict(self.parameters)
@@ -158,9 +191,16 @@ class ToolSpec:
         """Validated parameters (a model instance, or the dict for raw-schema tools)."""
         if not isinstance(args, dict):
             raise InvalidArgument(f"$: arguments must be a JSON object, got {type(args).__name__}")
-        if self.params is not None:
+        if isinstance(self.params, DeferredParams):
+            quick = self.params.quick(args)
+            if quick is not None:
+                return quick
+        model = self.params_model
+        if model is not None:
+            from pydantic import ValidationError  # loaded with the model
+
             try:
-                return self.params.model_validate(args, strict=True)
+                return model.model_validate(args, strict=True)
             except ValidationError as exc:
                 raise _pydantic_error(self.name, exc) from None
         if self._accepts_any_object:

@@ -15,27 +15,54 @@ import binascii
 import json
 import threading
 import time
-from collections.abc import Callable
-
-from pydantic import BaseModel, ConfigDict, Field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from kernel.capabilities import ToolCapabilities
 from kernel.context import ToolContext
 from kernel.errors import Cancelled, InvalidArgument, Timeout
 from kernel.result import ToolResult
-from kernel.spec import ToolSpec
+from kernel.spec import DeferredParams, ToolSpec
 from kernel.workspace import Entry
 from tools._offthread import abandon
+from tools._quick_args import integer, only, quick, string
 
 DEFAULT_PAGE_ENTRIES = 200
 MAX_PAGE_ENTRIES = 1000
 
 
-class Params(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    path: str = Field(default="", description="Workspace-relative directory ('' or '.' is the root).")
-    limit: int = Field(default=DEFAULT_PAGE_ENTRIES, ge=1, le=MAX_PAGE_ENTRIES)
-    cursor: str = Field(default="", description="Opaque cursor from a previous page; copy it back verbatim.")
+@dataclass(frozen=True, slots=True)
+class LsArgs:
+    """The parameters of a call: what ``tools.ls_params.Params`` gives, field by field (``run`` gets
+    either one; ``kernel.spec.DeferredParams``)."""
+
+    path: str = ""
+    limit: int = DEFAULT_PAGE_ENTRIES
+    cursor: str = ""
+
+
+_LS_KEYS = frozenset({"path", "limit", "cursor"})
+
+
+@quick
+def quick_params(args: Mapping[str, Any]) -> LsArgs:
+    """``LsArgs`` of ordinary arguments without pydantic (CLI start-up); the model decides the rest."""
+    only(args, _LS_KEYS)
+    return LsArgs(
+        path=string(args["path"]) if "path" in args else "",
+        limit=integer(args["limit"], ge=1, le=MAX_PAGE_ENTRIES) if "limit" in args else DEFAULT_PAGE_ENTRIES,
+        cursor=string(args["cursor"]) if "cursor" in args else "",
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """``Params``, the pydantic model, imported on first use."""
+    if name == "Params":
+        from tools import ls_params
+
+        return ls_params.Params
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def encode_cursor(after: str) -> str:
@@ -64,7 +91,7 @@ def _fmt_size(n: int) -> str:
     return str(n)
 
 
-async def _page(ctx: ToolContext, params: Params, after: str) -> tuple[list[Entry], bool]:
+async def _page(ctx: ToolContext, params: LsArgs, after: str) -> tuple[list[Entry], bool]:
     """One page, off the event loop (a directory may hold millions of entries a sandboxed command
     made; a ``git:`` view's tree as many, read by libgit2): the scan stops at the call's deadline or
     cancel. A workspace without ``list_page`` lists the whole directory, in the worker thread too."""
@@ -98,7 +125,7 @@ async def _page(ctx: ToolContext, params: Params, after: str) -> tuple[list[Entr
         raise
 
 
-async def run(ctx: ToolContext, params: Params) -> ToolResult:
+async def run(ctx: ToolContext, params: LsArgs) -> ToolResult:
     after = decode_cursor(params.cursor) if params.cursor else ""
     page, more = await _page(ctx, params, after)
     shown = params.path.strip("/") or "."
@@ -132,7 +159,7 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
 TOOL = ToolSpec(
     name="ls",
     description="List a workspace directory (sorted by name, paginated with an opaque cursor).",
-    params=Params,
+    params=DeferredParams("tools.ls_params:Params", quick_params),
     run=run,
     capabilities=lambda _p: ToolCapabilities.read_only_paginated(16),
     requires=frozenset({"read"}),

@@ -39,23 +39,27 @@ import asyncio
 import io
 import json
 import os
-from collections.abc import Callable
-from typing import Any, BinaryIO
-
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from kernel.capabilities import ToolCapabilities
 from kernel.context import ToolContext
 from kernel.errors import Cancelled, InvalidArgument, ToolError
 from kernel.result import ToolResult
-from kernel.spec import ToolSpec
+from kernel.spec import DeferredParams, ToolSpec
 from kernel.workspace import Workspace
 from tools._linewindow import Window, read_window, render_line
 from tools._offthread import stoppable
+from tools._quick_args import Defer, integer, only, optional, quick, string
+
+if TYPE_CHECKING:
+    from tools.read_params import Params as ParamsModel
 
 MAX_LIMIT_LINES = 2000
 MAX_LINE_BYTES = 2000
 MAX_BATCH_FILES = 32
+MAX_PATH_CHARS = 4096
 MAX_SINGLE_OUTPUT_BYTES = 98_304
 DEFAULT_BATCH_OUTPUT_BYTES = 65_536
 MIN_BATCH_OUTPUT_BYTES = 1024
@@ -74,56 +78,108 @@ IMAGE_TYPES = {
 }
 
 
-class FileRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    path: str = Field(min_length=1, max_length=4096)
-    offset: int = Field(default=0, ge=0)
-    limit: int | None = Field(default=None, ge=1, le=MAX_LIMIT_LINES)
+@dataclass(frozen=True, slots=True)
+class FileArgs:
+    """One ``files`` item: what ``tools.read_params.FileRequest`` gives."""
+
+    path: str
+    offset: int = 0
+    limit: int | None = None
 
 
-class Params(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    file_path: str | None = Field(default=None, min_length=1, description="Workspace-relative file to read.")
-    files: list[FileRequest] | None = Field(
-        default=None,
-        min_length=1,
-        max_length=MAX_BATCH_FILES,
-        description="Batch mode: several files, one budget.",
+@dataclass(frozen=True, slots=True)
+class ReadArgs:
+    """The parameters of a call: what ``tools.read_params.Params`` gives, field by field (``run``
+    gets either one; ``kernel.spec.DeferredParams``)."""
+
+    file_path: str | None = None
+    files: list[FileArgs] | None = None
+    offset: int | None = None
+    limit: int | None = None
+    max_output_bytes: int | None = None
+
+
+_READ_KEYS = frozenset({"file_path", "files", "offset", "limit", "max_output_bytes"})
+_FILE_KEYS = frozenset({"path", "offset", "limit"})
+
+
+@quick
+def quick_params(args: Mapping[str, Any]) -> ReadArgs:
+    """``ReadArgs`` of ordinary arguments without pydantic (CLI start-up); the model decides the rest."""
+    only(args, _READ_KEYS)
+    files = args.get("files")
+    if files is not None:
+        if type(files) is not list or not 1 <= len(files) <= MAX_BATCH_FILES:
+            raise Defer
+        files = [_file_args(item) for item in files]
+    parsed = ReadArgs(
+        file_path=optional(args.get("file_path"), string, min_length=1),
+        files=files,
+        offset=optional(args.get("offset"), integer, ge=0),
+        limit=optional(args.get("limit"), integer, ge=1),
+        max_output_bytes=optional(
+            args.get("max_output_bytes"), integer, ge=MIN_BATCH_OUTPUT_BYTES, le=MAX_BATCH_OUTPUT_BYTES
+        ),
     )
-    offset: int | None = Field(default=None, ge=0, description="Lines to skip (0-based).")
-    limit: int | None = Field(
-        default=None, ge=1, description="Lines to return (max 2000; larger is clamped)."
+    if exclusivity_error(parsed) is not None:
+        raise Defer
+    return parsed
+
+
+def _file_args(item: Any) -> FileArgs:
+    if type(item) is not dict:
+        raise Defer
+    only(item, _FILE_KEYS)
+    if "path" not in item:
+        raise Defer
+    offset = integer(item["offset"], ge=0) if "offset" in item else 0
+    return FileArgs(
+        path=string(item["path"], min_length=1, max_length=MAX_PATH_CHARS),
+        offset=offset,
+        limit=optional(item.get("limit"), integer, ge=1, le=MAX_LIMIT_LINES),
     )
-    max_output_bytes: int | None = Field(
-        default=None,
-        ge=MIN_BATCH_OUTPUT_BYTES,
-        le=MAX_BATCH_OUTPUT_BYTES,
-        description="Batch mode byte budget.",
-    )
-
-    @model_validator(mode="after")
-    def _exclusive(self) -> Params:
-        if (self.file_path is None) == (self.files is None):
-            raise ValueError("exactly one of file_path and files is required (they are mutually exclusive)")
-        if self.files is not None and (self.offset is not None or self.limit is not None):
-            raise ValueError("offset and limit go inside each files item, not at the top level")
-        if self.file_path is not None and self.max_output_bytes is not None:
-            raise ValueError("max_output_bytes applies only with files")
-        return self
 
 
-def capabilities(_params: Params) -> ToolCapabilities:
+def _request_json(item: FileArgs) -> dict[str, Any]:
+    """A ``files`` item as the model would dump it, ``None`` left out (the continuation's items)."""
+    out: dict[str, Any] = {"path": item.path, "offset": item.offset}
+    if item.limit is not None:
+        out["limit"] = item.limit
+    return out
+
+
+def exclusivity_error(params: ReadArgs | ParamsModel) -> str | None:
+    """The cross-field rules of both forms (``Params`` raises this text)."""
+    if (params.file_path is None) == (params.files is None):
+        return "exactly one of file_path and files is required (they are mutually exclusive)"
+    if params.files is not None and (params.offset is not None or params.limit is not None):
+        return "offset and limit go inside each files item, not at the top level"
+    if params.file_path is not None and params.max_output_bytes is not None:
+        return "max_output_bytes applies only with files"
+    return None
+
+
+def __getattr__(name: str) -> Any:
+    """``Params`` and ``FileRequest``, the pydantic models, imported on first use."""
+    if name in ("Params", "FileRequest"):
+        from tools import read_params
+
+        return getattr(read_params, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def capabilities(_params: ReadArgs) -> ToolCapabilities:
     return ToolCapabilities.read_only_paginated(16)
 
 
-def subject(params: Params) -> list[str]:
+def subject(params: ReadArgs) -> list[str]:
     """Every path the call reads (the kernel resolves each; every one must pass the rules)."""
     if params.file_path is not None:
         return [params.file_path]
     return [f.path for f in params.files or []]
 
 
-async def run(ctx: ToolContext, params: Params) -> ToolResult:
+async def run(ctx: ToolContext, params: ReadArgs) -> ToolResult:
     if params.files is not None:
         return await _read_batch(ctx, params.files, params.max_output_bytes or DEFAULT_BATCH_OUTPUT_BYTES)
     assert params.file_path is not None
@@ -303,7 +359,7 @@ def _read_image(ctx: ToolContext, path: str, media: str, offset: int | None, lim
 # ---- batch ------------------------------------------------------------------------------------
 
 
-async def _read_batch(ctx: ToolContext, files: list[FileRequest], budget: int) -> ToolResult:
+async def _read_batch(ctx: ToolContext, files: list[FileArgs], budget: int) -> ToolResult:
     paths = [f.path for f in files]
     if len(set(paths)) != len(paths):
         raise InvalidArgument("Duplicate path in files")
@@ -320,7 +376,7 @@ async def _read_batch(ctx: ToolContext, files: list[FileRequest], budget: int) -
         return f"(Partial: {done} of {n} file(s) processed. Continue with files={json.dumps(cont, ensure_ascii=False)})\n"
 
     def rest(i: int) -> list[dict[str, Any]]:
-        return [f.model_dump(exclude_none=True) for f in files[i:]]
+        return [_request_json(f) for f in files[i:]]
 
     def size(s: str) -> int:
         return len(s.encode("utf-8"))
@@ -392,9 +448,7 @@ async def _read_batch(ctx: ToolContext, files: list[FileRequest], budget: int) -
             continue
 
         # Partial: the largest prefix of lines that fits together with the continuation footer.
-        def cont_after(
-            k: int, item: FileRequest = item, i: int = i, limit: int = limit
-        ) -> list[dict[str, Any]]:
+        def cont_after(k: int, item: FileArgs = item, i: int = i, limit: int = limit) -> list[dict[str, Any]]:
             return [{"path": item.path, "offset": item.offset + k, "limit": limit - k}, *rest(i + 1)]
 
         prefix = [0]
@@ -479,7 +533,7 @@ TOOL = ToolSpec(
         "bounded response (files=[{path, offset?, limit?}], max_output_bytes). Follow the continuation in the "
         "footer to read more."
     ),
-    params=Params,
+    params=DeferredParams("tools.read_params:Params", quick_params),
     run=run,
     capabilities=capabilities,
     requires=frozenset({"read"}),

@@ -35,6 +35,8 @@ _DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 
 @dataclass(frozen=True, slots=True)
 class BoundedOutput:
+    """What a producer that bounded its own output declares about the real original."""
+
     original_bytes: int
     content_digest: str  # "sha256:<hex>" of the full original
     loss_mode: str

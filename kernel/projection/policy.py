@@ -6,6 +6,9 @@ and language; the binding digest ties that policy digest to the transform algori
 
 Invariants:
 - ``validate_policy`` enforces every rule of §6.1; ``from_json`` validates and denies unknown fields.
+- Field types are strict, as serde's wire format is: ``"1024"`` is no size and ``1`` no bool. A plain
+  frozen dataclass, not a pydantic model: the CLI's one-call path builds a policy, and pydantic is
+  ~110 ms of start-up (issue 13 item 7).
 - A non-compatibility policy keeps ``head + tail + 512 <= max``: the 512 bytes pay for the
   transform marker and the artifact line, which is what makes the output cap hold (R-4).
 """
@@ -14,9 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kernel.errors import InvalidArgument
 
@@ -33,15 +35,17 @@ MIN_REPEATED_LINE_THRESHOLD = 2
 MAX_REPEATED_LINE_THRESHOLD = 10_000
 MAX_STRUCTURED_SAMPLE_ITEMS = 1024
 
-_FIELD_ORDER = (
-    "schema",
-    "max_output_bytes",
-    "head_bytes",
-    "tail_bytes",
-    "fold_repeated_lines",
-    "repeated_line_threshold",
-    "structured_sample_items",
-)
+# The wire fields in declared order (the order the digest depends on) and their exact types.
+_FIELD_TYPES: dict[str, type] = {
+    "schema": str,
+    "max_output_bytes": int,
+    "head_bytes": int,
+    "tail_bytes": int,
+    "fold_repeated_lines": bool,
+    "repeated_line_threshold": int,
+    "structured_sample_items": int,
+}
+_FIELD_ORDER = tuple(_FIELD_TYPES)
 
 
 def compact_json(value: Any) -> bytes:
@@ -57,19 +61,54 @@ def domain_digest(domain: str, value: Any) -> str:
     return "sha256:" + h.hexdigest()
 
 
-class ToolResultTransformPolicyV1(BaseModel):
-    """``a3s.code.tool-result-transform-policy.v1``; construct freely, check with ``validate_policy``."""
+@dataclass(frozen=True, init=False)
+class ToolResultTransformPolicyV1:
+    """``a3s.code.tool-result-transform-policy.v1``; construct freely, check with ``validate_policy``.
 
-    # strict: the wire format is serde's, which takes neither "1024" for a size nor 1 for a bool.
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, populate_by_name=True)
+    Keyword-only; the schema field is ``schema`` on the wire and as an argument, ``schema_`` as an
+    attribute (``schema_=`` is accepted too). A value of the wrong type is ``InvalidArgument``."""
 
-    schema_: str = Field(default=POLICY_SCHEMA, alias="schema")
-    max_output_bytes: int = MAX_OUTPUT_BYTES
-    head_bytes: int = MAX_OUTPUT_BYTES
-    tail_bytes: int = 0
-    fold_repeated_lines: bool = False
-    repeated_line_threshold: int = 3
-    structured_sample_items: int = 0
+    schema_: str
+    max_output_bytes: int
+    head_bytes: int
+    tail_bytes: int
+    fold_repeated_lines: bool
+    repeated_line_threshold: int
+    structured_sample_items: int
+
+    def __init__(
+        self,
+        *,
+        schema: str = POLICY_SCHEMA,
+        max_output_bytes: int = MAX_OUTPUT_BYTES,
+        head_bytes: int = MAX_OUTPUT_BYTES,
+        tail_bytes: int = 0,
+        fold_repeated_lines: bool = False,
+        repeated_line_threshold: int = 3,
+        structured_sample_items: int = 0,
+        schema_: str | None = None,
+    ) -> None:
+        values = {
+            "schema": schema if schema_ is None else schema_,
+            "max_output_bytes": max_output_bytes,
+            "head_bytes": head_bytes,
+            "tail_bytes": tail_bytes,
+            "fold_repeated_lines": fold_repeated_lines,
+            "repeated_line_threshold": repeated_line_threshold,
+            "structured_sample_items": structured_sample_items,
+        }
+        for name, value in values.items():
+            if type(value) is not _FIELD_TYPES[name]:  # exact: a bool is no size, a str subclass no schema
+                raise InvalidArgument(
+                    f"invalid tool result transform policy: {name}: expected "
+                    f"{_FIELD_TYPES[name].__name__}, got {type(value).__name__}"
+                )
+        for name, value in values.items():
+            object.__setattr__(self, "schema_" if name == "schema" else name, value)
+
+    def replace(self, **changes: Any) -> ToolResultTransformPolicyV1:
+        """A copy with ``changes`` (wire names), type-checked like the constructor."""
+        return type(self)(**{**self.to_json(), **changes})
 
     @classmethod
     def conservative(cls) -> ToolResultTransformPolicyV1:
@@ -123,20 +162,19 @@ class ToolResultTransformPolicyV1(BaseModel):
 
     def to_json(self) -> dict[str, Any]:
         """The wire form, fields in declared order (the order the digest depends on)."""
-        values = self.model_dump(by_alias=True)
-        return {name: values[name] for name in _FIELD_ORDER}
+        return {name: getattr(self, "schema_" if name == "schema" else name) for name in _FIELD_ORDER}
 
     @classmethod
     def from_json(cls, data: Any) -> ToolResultTransformPolicyV1:
         """Parse and validate a wire policy; unknown fields and wrong types are ``invalid_argument``."""
         if not isinstance(data, dict):
             raise InvalidArgument("tool result transform policy must be a JSON object")
-        try:
-            policy = cls.model_validate(data, by_alias=True, by_name=False)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "$"
-            raise InvalidArgument(f"invalid tool result transform policy: {where}: {first['msg']}") from None
+        unknown = sorted(str(key) for key in data if key not in _FIELD_TYPES)
+        if unknown:
+            raise InvalidArgument(
+                f"invalid tool result transform policy: {unknown[0]}: Extra inputs are not permitted"
+            )
+        policy = cls(**data)
         policy.validate_policy()
         return policy
 

@@ -37,6 +37,8 @@ class LossMode(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Transformed:
+    """The projected bytes of one output and how they relate to the original."""
+
     content: bytes  # model-facing bytes, artifact line included when lossy
     loss_mode: LossMode
     shown_bytes: int  # original bytes shown verbatim: head+tail, or 0 once transformed

@@ -62,10 +62,10 @@ def test_r1_policy_digest_and_binding_vectors() -> None:
 def test_r1_digest_changes_with_any_field() -> None:
     base = P.context_efficient()
     variants = [
-        base.model_copy(update={"structured_sample_items": 33}),
-        base.model_copy(update={"repeated_line_threshold": 4}),
-        base.model_copy(update={"fold_repeated_lines": False}),
-        base.model_copy(update={"tail_bytes": 32767}),
+        base.replace(**{"structured_sample_items": 33}),
+        base.replace(**{"repeated_line_threshold": 4}),
+        base.replace(**{"fold_repeated_lines": False}),
+        base.replace(**{"tail_bytes": 32767}),
     ]
     assert len({v.digest() for v in variants} | {base.digest()}) == 5
 
@@ -88,7 +88,7 @@ def test_r1_digest_changes_with_any_field() -> None:
     ],
 )
 def test_r4_validate_rejects_each_rule(update: dict[str, object], message: str) -> None:
-    policy = P.context_efficient().model_copy(update=update)
+    policy = P.context_efficient().replace(**update)
     with pytest.raises(InvalidArgument, match=message):
         policy.validate_policy()
     with pytest.raises(InvalidArgument):
@@ -108,7 +108,7 @@ def test_r4_validate_rejects_each_rule(update: dict[str, object], message: str) 
     ],
 )
 def test_r4_validate_accepts_boundaries(update: dict[str, object]) -> None:
-    P.context_efficient().model_copy(update=update).validate_policy()
+    P.context_efficient().replace(**update).validate_policy()
 
 
 def test_r1_json_round_trip_and_unknown_fields_denied() -> None:
@@ -129,10 +129,30 @@ def test_r1_json_round_trip_and_unknown_fields_denied() -> None:
 
 
 def test_r1_policy_is_frozen() -> None:
-    from pydantic import ValidationError
+    import dataclasses
 
-    with pytest.raises(ValidationError):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         P.conservative().head_bytes = 5  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("max_output_bytes", "102400"), ("head_bytes", True), ("fold_repeated_lines", 1), ("schema", None)],
+)
+def test_r1_constructor_types_are_strict(field: str, value: object) -> None:
+    """serde's wire types, in Python too: no string coercion, a bool is no size, 1 is no bool."""
+    with pytest.raises(InvalidArgument, match=field):
+        P(**{field: value})  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match=field):
+        P.context_efficient().replace(**{field: value})
+
+
+def test_r1_schema_alias_and_copies() -> None:
+    assert P(schema_="x").schema_ == "x" == P(schema="x").to_json()["schema"]
+    copy = P.context_efficient().replace(tail_bytes=1024)
+    assert copy.tail_bytes == 1024 and copy.head_bytes == P.context_efficient().head_bytes
+    assert P.context_efficient() == P.context_efficient().replace()
+    assert hash(P.context_efficient()) == hash(P.context_efficient().replace())
 
 
 def test_r1_validate_binding_rejects_tampering() -> None:
@@ -163,4 +183,4 @@ def test_r1_projector_rejects_result_with_drifted_binding() -> None:
 
 def test_r1_projector_refuses_invalid_policy() -> None:
     with pytest.raises(InvalidArgument):
-        Projector(P.context_efficient().model_copy(update={"tail_bytes": 50000}), MemoryArtifactStore())
+        Projector(P.context_efficient().replace(**{"tail_bytes": 50000}), MemoryArtifactStore())

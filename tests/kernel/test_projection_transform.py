@@ -19,10 +19,10 @@ FOLD = "[a3s repeated-line fold: {} additional exact copies omitted]\n"
 
 
 def small(**update: object) -> ToolResultTransformPolicyV1:
-    base = P.context_efficient().model_copy(
-        update={"max_output_bytes": 1024, "head_bytes": 256, "tail_bytes": 256, "structured_sample_items": 0}
+    base = P.context_efficient().replace(
+        **{"max_output_bytes": 1024, "head_bytes": 256, "tail_bytes": 256, "structured_sample_items": 0}
     )
-    policy = base.model_copy(update=update)
+    policy = base.replace(**update)
     policy.validate_policy()
     return policy
 
@@ -302,8 +302,8 @@ def test_r3_folded_tail_cut_never_starts_inside_a_character() -> None:
     from kernel.artifacts import MemoryArtifactStore
     from kernel.projection import Projector, ToolResultTransformPolicyV1
 
-    policy = ToolResultTransformPolicyV1.model_validate(
-        {
+    policy = ToolResultTransformPolicyV1(
+        **{
             "schema": "a3s.code.tool-result-transform-policy.v1",
             "max_output_bytes": 1024,
             "head_bytes": 256,

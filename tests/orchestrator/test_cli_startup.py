@@ -117,6 +117,9 @@ DIRECT_NEVER = (
     "kernel.state", "kernel.gittree", "httpx", "httpcore", "anyio", "celery", "kombu", "redis", "billiard",
     "openai", "anthropic", "pygit2", "numpy", "jsonschema", "tantivy", "quickjs", "mcp", "lxml", "trafilatura",
     "yaml", "tokenizers", "playwright", "difflib", "msgspec", "kernel.projection.sample",
+    # pydantic is ~110 ms of start-up: ordinary arguments pass the tool's quick validator, and the
+    # model (tools.read_params / tools.ls_params) loads only for anything it leaves to it (K-3).
+    "pydantic", "pydantic_core", "tools.read_params", "tools.ls_params",
 )  # fmt: skip
 
 
@@ -130,6 +133,21 @@ def test_tool_read_and_ls_load_only_their_own_tool(name: str, tmp_path: Path) ->
     assert {"orchestrator.cli_direct", "flows.session_kernel", "kernel.kernel", f"tools.{name}"} <= modules
     assert _loaded(modules, DIRECT_NEVER) == []
     assert not {"tools.read", "tools.ls"} - {f"tools.{name}"} & modules  # not even the other one
+
+
+def test_k4_tool_read_with_unusual_arguments_loads_the_model_for_its_error(tmp_path: Path) -> None:
+    """What the quick validator leaves to the model (here a bool where an int goes) loads pydantic,
+    and the error is the model's, naming the JSON path (K-4)."""
+    (tmp_path / "README.md").write_text("hello\n")
+    args = '{"file_path": "README.md", "limit": true}'
+    modules = _modules_after_env(tmp_path, {}, "tool", "read", args, cwd=tmp_path)
+    assert {"pydantic", "tools.read_params"} <= modules
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "tool", "read", args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("A3S_")},
+    )  # fmt: skip
+    assert proc.returncode != 0 and "/limit" in proc.stdout + proc.stderr
 
 
 def test_a_configured_tool_read_builds_the_whole_session_lazily(tmp_path: Path) -> None:
