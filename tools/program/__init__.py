@@ -46,6 +46,11 @@ from tools.program.source import check_inputs, load_source, prepare
 from tools.program.vm import VmOutcome, run_script
 
 MAX_SCRIPT_RESULT_BYTES = 1024 * 1024
+# Uninterrupted VM work per call into the VM (a script's run between two tool calls, one pending
+# job): more is a runaway, as for workflows. It is what lets the child's CPU fence (a soft
+# RLIMIT_CPU a slice ahead) end native work the VM's interrupt cannot stop — a catastrophic regex
+# — instead of running it to ``timeoutMs`` (up to 1 h).
+PROGRAM_SLICE_MS = 30_000
 RUNTIME = "embedded-quickjs"
 
 __all__ = ["TOOL", "normalize_program_options"]
@@ -64,7 +69,7 @@ async def run(ctx: ToolContext, params: Params) -> ToolResult:
         limits.maxOutputBytes or DEFAULT_MAX_OUTPUT_BYTES,
     )
     deadline = min(ctx.deadline, _loop_time() + timeout_ms / 1000)
-    job = {"profile": "program", "source": text, "inputs": params.inputs}
+    job = {"profile": "program", "source": text, "inputs": params.inputs, "sliceMs": PROGRAM_SLICE_MS}
     try:
         outcome = await run_script(job, bridge.handle, deadline)
     except VmUnavailable as exc:
@@ -132,6 +137,13 @@ def _error(outcome: VmOutcome, timeout_ms: int) -> ToolError:
         return Timeout(f"program script timed out after {timeout_ms} ms", op="program", duration_ms=ms)
     if kind == "aborted" and isinstance(outcome.value, ToolError):
         return outcome.value
+    if kind == "runaway":
+        return BudgetExhausted(
+            f"program script ran for more than {PROGRAM_SLICE_MS} ms without a tool call (a regex or "
+            "loop that does not end); compute less between calls",
+            resource="cpu",
+            reason="runaway_script",
+        )
     if kind == "memory":
         return BudgetExhausted(
             "program script ran out of memory (the QuickJS VM has 64 MiB)",
