@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
+from kernel import remote_stages
 from kernel.artifacts import ArtifactStore
 from kernel.budget import Budget, BudgetTracker, Reservation
 from kernel.call_args import MAX_ARGS_DEPTH, check_depth, depth_within, event_args
@@ -44,11 +45,9 @@ from kernel.context import CancelFlag, NestedInvoker, ToolContext
 from kernel.errors import (
     BudgetExhausted,
     Cancelled,
-    ConfirmationRejected,
     HookDenied,
     InternalError,
     InvalidArgument,
-    PermissionDenied,
     RecursionLimit,
     Timeout,
     ToolError,
@@ -57,9 +56,9 @@ from kernel.errors import (
 )
 from kernel.events import Event, EventSink
 from kernel.gate import PolicyGate
-from kernel.hooks import PostToolInput, PreToolInput, call_maybe_async, freeze, is_async_callable
+from kernel.hooks import PostToolInput, PreToolInput, freeze, is_async_callable
 from kernel.invocation import CONTAINED, Invocation, RunOnLoop
-from kernel.lifecycle import Lifecycle, State
+from kernel.lifecycle import Lifecycle, State, terminal_state
 from kernel.options import SessionOptions
 from kernel.origin import ControlPlane, Origin, event_label
 from kernel.policy import Deny, PermissionPolicy
@@ -236,92 +235,19 @@ class Kernel:
             slot = self._tool_slots.setdefault(name, Slots(limit))
         return slot
 
-    async def admit_host(self, name: str, args: Any) -> Any:
-        """The stages of a trusted host-direct call that must run *here* when it executes elsewhere.
+    # ---- stages of a call that executes elsewhere (a fleet job): ``kernel.remote_stages`` ----------
 
-        A fleet branch runs on a worker whose kernel has the session's JSON policy but not its host
-        callables, so the pre-tool hooks (which no origin skips, K-3) run here first: resolve,
-        validate, pre-hooks (a rewrite is validated again). Returns the admitted arguments, or the
-        released failure ``ToolResult`` of a call that was refused (its events emitted here).
-        """
-        if not self.options.pre_tool_hooks:
-            return args  # nothing host-side to run; the worker's kernel resolves and validates
-        inv = Invocation(
-            name, args, Origin.HOST_DIRECT, ControlPlane.TRUSTED, self.ids("call"), self.registry.scoped()
-        )
-        label = event_label(inv.origin, inv.plane)
-        t0 = self.clock.monotonic()
-        spec: ToolSpec | None = None
-        try:
-            spec = inv.scope.resolve(name)
-            params = spec.validate(args)
-            await self._pre_hooks(inv, spec, params, label)
-            return inv.args
-        except CONTAINED as exc:
-            err = self._typed(inv, exc)
-            self._emit("tool_start", inv, label, {"args": event_args(spec, args), "depth": 0})
-            return self._release(
-                inv, spec, ToolResult.failure(name, err), Lifecycle(), _terminal_for(err), label, t0
-            )
+    async def admit_host(self, name: str, args: Any) -> Any:
+        """Resolve, validate and pre-hooks here, for a trusted host-direct call run on a worker."""
+        return await remote_stages.admit_host(self, name, args)
 
     def hold_remote(self, name: str, args: Any) -> Reservation | ToolResult:
-        """The budget stage of a call that executes elsewhere (a fleet job): held on this session's
-        budget (``BudgetTracker.hold_call``; a tool that ``spends_beyond_call`` is allotted what is
-        left), with the ``budget_threshold`` events an embedded call emits; a refused call is
-        released here as embedded releases it (``tool_start``, ``budget_threshold``, ``tool_error``,
-        ``tool_end``; its output charged) and returned."""
-        inv = Invocation(
-            name, args, Origin.HOST_DIRECT, ControlPlane.TRUSTED, self.ids("call"), self.registry.scoped()
-        )
-        label = event_label(inv.origin, inv.plane)
-        spec = self.registry.get(name)
-        try:
-            held = self.budget.hold_call(
-                self.clock.now_ms(), delegates=spec is not None and spec.spends_beyond_call
-            )
-        except BudgetExhausted as err:
-            self._emit("tool_start", inv, label, {"args": event_args(spec, args), "depth": 0})
-            self._emit("budget_threshold", inv, label, {"kind": "hard", **err.data, "message": err.message})
-            return self._release(
-                inv,
-                spec,
-                ToolResult.failure(name, err),
-                Lifecycle(),
-                _terminal_for(err),
-                label,
-                self.clock.monotonic(),
-            )
-        for th in held.crossed:
-            self._emit("budget_threshold", inv, label, th.event_data())
-        return held
+        """The budget stage here, for a call run on a worker (held, or released refused)."""
+        return remote_stages.hold_remote(self, name, args)
 
     async def post_remote(self, name: str, args: Any, result: ToolResult) -> ToolResult:
-        """Post-tool hooks for a call that executed elsewhere; a replacement is sanitised and projected here."""
-        replaced = False
-        for hook in self.options.post_tool_hooks:
-            post = PostToolInput(
-                self.session_id,
-                "",
-                None,
-                name,
-                freeze(args),
-                event_label(Origin.HOST_DIRECT, ControlPlane.TRUSTED),
-                result,
-                int(result.metadata.get("a3s_fleet", {}).get("duration_ms", 0) or 0),
-            )
-            try:
-                out = await call_maybe_async(hook, post)
-            except CONTAINED as exc:
-                err = error_from_exception(exc, name)
-                log.error("post-tool hook failed for %s", name, exc_info=exc)
-                out = ToolResult.failure(name, err)
-                out.error_kind = bound_error_kind(out.error_kind)
-            if isinstance(out, ToolResult):
-                result, replaced = out, True
-        if replaced:
-            result.output = self.redactor.redact(result.output)
-            result.output, result.metadata = self.projector.project(name, result.output, result.metadata)
-        return result
+        """Post-tool hooks here, for a call that ran on a worker."""
+        return await remote_stages.post_remote(self, name, args, result)
 
     @contextlib.contextmanager
     def cancel_scope(self) -> Iterator[None]:
@@ -396,7 +322,7 @@ class Kernel:
             # K-8: whatever a stage or the tool raised is a failed, typed result; the loop goes on.
             err = self._typed(inv, exc)
             result = ToolResult.failure(inv.name, err)
-            state = _terminal_for(err)
+            state = terminal_state(err)
         try:
             return self._release(inv, spec, result, lc, state, label, t0)
         except CONTAINED as exc:  # a broken projector/redactor/sink must not strand the call
@@ -747,11 +673,3 @@ def _as_result(name: str, raw: Any, spec: ToolSpec) -> ToolResult:
     if isinstance(raw, str):
         return ToolResult.success(name, raw)
     raise InvalidArgument(f"tool '{name}' returned {type(raw).__name__}; expected str or ToolResult")
-
-
-def _terminal_for(err: ToolError) -> State:
-    if isinstance(err, (PermissionDenied, ConfirmationRejected, HookDenied, BudgetExhausted)):
-        return State.REJECTED
-    if isinstance(err, Cancelled):
-        return State.CANCELLED
-    return State.FAILED

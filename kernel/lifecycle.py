@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from kernel.errors import KernelFault
+from kernel.errors import (
+    BudgetExhausted,
+    Cancelled,
+    ConfirmationRejected,
+    HookDenied,
+    KernelFault,
+    PermissionDenied,
+    ToolError,
+)
 
 
 class State(StrEnum):
@@ -44,3 +52,12 @@ class Lifecycle:
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL
+
+
+def terminal_state(err: ToolError) -> State:
+    """The terminal state of a call that ended with ``err``: refused before running, cancelled, or failed."""
+    if isinstance(err, (PermissionDenied, ConfirmationRejected, HookDenied, BudgetExhausted)):
+        return State.REJECTED
+    if isinstance(err, Cancelled):
+        return State.CANCELLED
+    return State.FAILED
