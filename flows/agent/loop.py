@@ -14,6 +14,9 @@ Invariants:
   a suspension (``a3s_suspend``) leaves calls pending on purpose; ``prompt=None`` answers them.
 - One run per session at a time (``SessionCore.agent_lock``): a second prompt waits its turn.
 - Model usage is charged to the session ``Budget`` before the next request is admitted.
+- At most ``MAX_TOOL_CALLS_PER_TURN`` calls of one model turn run: a model (or a hostile server)
+  answering with thousands of calls in one message has the rest answered ``budget_exhausted``
+  ("not run") before any runs, so a suspension never leaves them pending.
 """
 
 from __future__ import annotations
@@ -53,6 +56,9 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_STEPS = 50
 MAX_MAX_STEPS = 10_000
 MAX_PROMPT_BYTES = 4 * 1024 * 1024
+# The calls of one model turn that run; the rest are answered "not run" (module docstring). Models
+# ask for a handful at a time; a server may send any number within its 64 MiB answer.
+MAX_TOOL_CALLS_PER_TURN = 64
 
 EventListener = Callable[[Event], None]
 
@@ -144,7 +150,7 @@ class _Run:
                     limit=self.max_steps,
                 )
                 raise _Stop(self.result(False, MAX_STEPS, err))
-            await self._tool_turn(list(message.tool_calls))
+            await self._tool_turn(self._within_turn_cap(list(message.tool_calls)))
 
     async def _model_turn(self) -> Any:
         k = self.kernel
@@ -208,6 +214,20 @@ class _Run:
             self.conversation.append(tool_message(call, outcome.result))
         if suspended:
             raise _Stop(self.result(False, SUSPENDED))
+
+    def _within_turn_cap(self, calls: list[ToolCall]) -> list[ToolCall]:
+        """The calls of this turn that may run; the rest are answered ``budget_exhausted`` now."""
+        if len(calls) <= MAX_TOOL_CALLS_PER_TURN:
+            return calls
+        for call in calls[MAX_TOOL_CALLS_PER_TURN:]:
+            refusal = BudgetExhausted(
+                f"not run: the model asked for {len(calls)} tool calls in one turn and at most "
+                f"{MAX_TOOL_CALLS_PER_TURN} run per turn; ask for the rest in the next turn",
+                resource="tool_calls_per_turn",
+                reason=f"tool calls per turn limit {MAX_TOOL_CALLS_PER_TURN} reached",
+            )
+            self.conversation.append(tool_message(call, ToolResult.failure(call.name, refusal)))
+        return calls[:MAX_TOOL_CALLS_PER_TURN]
 
     async def _answer_pending(self, pending: list[ToolCall], given: dict[str, ToolResult]) -> None:
         await self._tool_turn(pending, {k: v for k, v in given.items() if k in {c.id for c in pending}})

@@ -106,6 +106,27 @@ def test_a2_read_only_call_runs_and_its_projected_result_goes_back(
     assert result.usage.prompt_tokens > 0 and result.usage.completion_tokens > 0
 
 
+def test_a2_k8_one_turn_runs_at_most_the_per_turn_cap_of_calls(
+    agent: Agent, workspace: Path, model_env: Any
+) -> None:
+    """A-2/K-8: a model answering with 200 calls in one turn has 64 run; the other 136 are answered
+    budget_exhausted ("not run") so every call still gets exactly one tool message."""
+    from flows.agent.loop import MAX_TOOL_CALLS_PER_TURN
+
+    many = _turn(*[("ls", {"path": "."})] * 200)
+    with model_env(ScriptedOpenAIServer([many, {"text": "done"}])) as srv:
+        s = agent.session(workspace, SessionOptions(permission_policy=PermissionPolicy(allow=["ls"])))
+        result, events = _run(s, "list it a lot", False)
+        answers = _tool_messages(srv.requests[1].body)
+    assert result.success and result.text == "done"
+    assert len(result.tool_calls) == MAX_TOOL_CALLS_PER_TURN == 64
+    assert len([e for e in events if e.type == "tool_start"]) == 64
+    assert sorted(int(m["tool_call_id"][1:]) for m in answers) == list(range(200))
+    refused = [m for m in answers if m["content"].startswith("Error (budget_exhausted): not run")]
+    assert sorted(int(m["tool_call_id"][1:]) for m in refused) == list(range(64, 200))
+    assert "at most 64 run per turn" in refused[0]["content"]
+
+
 @STREAM_MODES
 def test_k3_a_denied_call_never_runs_and_the_model_sees_the_denial(
     agent: Agent, workspace: Path, model_env: Any, streaming: bool
