@@ -17,9 +17,26 @@
   let logBytes = 0;
   const MAX_LOG_BYTES = 16384;
   const GLOB_PAGE_LIMIT = 1000; // search's largest page (tools/search/grep.py MAX_PAGE_LIMIT)
+  // Built now, while there is memory: what to report when the VM's 64 MiB run out. QuickJS throws
+  // `null` when it cannot even allocate its "out of memory" error, and the bridge's own last
+  // allocations (the result's JSON, the done line) may be the ones that fail; without these the
+  // run ended as a "deadlock" or as "failed: null". (A script that throws `null` itself is
+  // reported as out of memory too: it cannot be told apart, and it only misleads itself.)
+  const OOM_OUTCOME = '{"ok":false,"error":"InternalError: out of memory"}';
+  const OOM_DONE = '{"t":"done","result":' + OOM_OUTCOME + ',"logs":[]}';
 
   for (const name of ["fetch", "WebSocket", "Worker", "XMLHttpRequest", "require", "process", "std", "os", "eval"]) {
     Object.defineProperty(globalThis, name, { value: undefined, writable: false, configurable: false, enumerable: false });
+  }
+
+  const VmInternalError = globalThis.InternalError; // taken before a script can replace it
+  function outOfMemory(e) {
+    if (e === null) return true;
+    try {
+      return typeof VmInternalError === "function" && e instanceof VmInternalError && String(e.message).startsWith("out of memory");
+    } catch (_) {
+      return false; // a script's own error object with a throwing getter
+    }
   }
 
   function request(kind, payload) {
@@ -164,17 +181,36 @@
           try {
             json = JSON.stringify(value === undefined ? null : value);
           } catch (e) {
-            outcome = JSON.stringify({ ok: false, error: "script result is not JSON-serializable: " + String(e) });
+            try {
+              outcome = outOfMemory(e)
+                ? OOM_OUTCOME
+                : JSON.stringify({ ok: false, error: "script result is not JSON-serializable: " + String(e) });
+            } catch (_) {
+              outcome = OOM_OUTCOME;
+            }
             return;
           }
-          outcome = '{"ok":true,"value":' + json + "}";
+          try {
+            outcome = '{"ok":true,"value":' + json + "}";
+          } catch (_) {
+            json = null;
+            outcome = OOM_OUTCOME;
+          }
         },
         function (e) {
-          const message = e && e.stack ? String(e) + "\n" + e.stack : String(e);
-          const out = { ok: false, error: message.slice(0, 8192) };
-          if (e && e.errorKind !== undefined) out.errorKind = e.errorKind;
-          if (e && e.stepId !== undefined) out.stepId = e.stepId;
-          outcome = JSON.stringify(out);
+          if (outOfMemory(e)) {
+            outcome = OOM_OUTCOME;
+            return;
+          }
+          try {
+            const message = e && e.stack ? String(e) + "\n" + e.stack : String(e);
+            const out = { ok: false, error: message.slice(0, 8192) };
+            if (e && e.errorKind !== undefined) out.errorKind = e.errorKind;
+            if (e && e.stepId !== undefined) out.stepId = e.stepId;
+            outcome = JSON.stringify(out);
+          } catch (_) {
+            outcome = OOM_OUTCOME;
+          }
         }
       );
       return "";
@@ -182,7 +218,14 @@
     // The child's next line: the outcome once the entry promise settled, else the queued requests,
     // else "" (nothing new to ask: wait for replies, or — with none pending — a deadlock).
     next: function () {
-      if (outcome !== null) return '{"t":"done","result":' + outcome + ',"logs":' + JSON.stringify(logs) + "}";
+      if (outcome !== null) {
+        try {
+          return '{"t":"done","result":' + outcome + ',"logs":' + JSON.stringify(logs) + "}";
+        } catch (_) {
+          outcome = null; // its memory back first
+          return OOM_DONE;
+        }
+      }
       if (outbox.length === 0) return "";
       return '{"t":"calls","calls":' + JSON.stringify(outbox.splice(0, outbox.length)) + "}";
     },
