@@ -17,14 +17,12 @@ same answer, so it is not retried. Unknown event types are skipped, as the SDK d
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
-from dataclasses import field as dataclass_field
 from typing import Any
 
 import pydantic
 
 from flows.providers.errors import malformed
-from flows.providers.merge import ToolCallAccumulator
+from flows.providers.merge import StreamState
 from flows.providers.types import MAX_TOKEN_COUNT, StreamItem, TextDelta, ToolCallDelta, Usage, token_count
 from flows.providers.wire_values import (
     MALFORMED,
@@ -59,15 +57,6 @@ def usage_of(raw: Any, base: Usage | None = None) -> Usage:
         else (base.prompt_tokens if base else 0)
     )
     return Usage(prompt, token_count(field(raw, "output_tokens")), read, write)
-
-
-@dataclass
-class StreamState:
-    text: list[str] = dataclass_field(default_factory=list)
-    calls: ToolCallAccumulator = dataclass_field(default_factory=ToolCallAccumulator)
-    usage: Usage = dataclass_field(default_factory=Usage)
-    stop: str = ""
-    started: bool = False
 
 
 def read_event(event: Any, state: StreamState) -> Iterator[StreamItem]:

@@ -4,14 +4,15 @@ Servers stream a tool call in pieces keyed by ``index``: the first piece usually
 name, later ones only argument text. Some servers (llama.cpp, vLLM versions, proxies) repeat the
 name as ``""`` or ``null`` in later pieces; a naive ``name = delta.name`` would erase the real
 name, so an empty later ``name`` or ``id`` never overwrites a real one. Pieces may arrive for
-several indexes interleaved; the merged calls come out in index order.
+several indexes interleaved; the merged calls come out in index order. ``StreamState`` is what a
+wire's stream reader keeps across its chunks (both wires' readers share it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from flows.providers.types import ToolCall, ToolCallDelta
+from flows.providers.types import ToolCall, ToolCallDelta, Usage
 
 
 @dataclass(slots=True)
@@ -44,3 +45,14 @@ class ToolCallAccumulator:
             part = self._calls[index]
             out.append(ToolCall(part.id or f"{id_prefix}_{index}", part.name, "".join(part.arguments)))
         return tuple(out)
+
+
+@dataclass
+class StreamState:
+    """A streamed answer so far: its text pieces, tool-call pieces, usage and stop reason."""
+
+    text: list[str] = field(default_factory=list)
+    calls: ToolCallAccumulator = field(default_factory=ToolCallAccumulator)
+    usage: Usage = field(default_factory=Usage)
+    stop: str = ""
+    started: bool = False  # Anthropic's message_start was read

@@ -12,12 +12,10 @@ TypeError out of the provider (``"delta": [1]``, ``"choices": 5``); it is now
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
-from dataclasses import field as dataclass_field
 from typing import Any
 
 from flows.providers.errors import malformed
-from flows.providers.merge import ToolCallAccumulator
+from flows.providers.merge import StreamState
 from flows.providers.types import (
     Completion,
     Message,
@@ -76,14 +74,6 @@ def _completion(response: Any) -> Completion:
         usage_of(field(response, "usage")),
         stop,
     )
-
-
-@dataclass
-class StreamState:
-    text: list[str] = dataclass_field(default_factory=list)
-    calls: ToolCallAccumulator = dataclass_field(default_factory=ToolCallAccumulator)
-    usage: Usage = dataclass_field(default_factory=Usage)
-    stop: str = ""
 
 
 def read_chunk(chunk: Any, state: StreamState) -> Iterator[StreamItem]:
