@@ -1,12 +1,12 @@
 """``read``'s arguments as a pydantic model: the source of its JSON Schema (CONVENTIONS 2) and the
-validator of anything ``tools.read.quick_params`` leaves to it. Imported on first need, not with
+validator of anything ``tools.read_args.quick_params`` leaves to it. Imported on first need, not with
 the tool (``kernel.spec.DeferredParams``)."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tools.read import (
+from tools.read_args import (
     MAX_BATCH_FILES,
     MAX_BATCH_OUTPUT_BYTES,
     MAX_LIMIT_LINES,
