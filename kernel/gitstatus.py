@@ -7,7 +7,7 @@ every session's event loop included, for 3.1 s per snapshot, two snapshots per `
 snapshot's 400 ms budget only abandons its thread, it cannot stop one that holds the GIL (a clean
 repository of 150,000 tracked files: 2.1-2.6 s). Here the same libgit2 call is made through cffi,
 which releases the GIL around C calls, into the libgit2 that pygit2 already loaded (found in
-``/proc/self/maps``), with ``git_status_foreach_ext`` and the options pygit2 uses for
+``/proc/self/maps``, ``kernel/libgit2_ffi.py``), with ``git_status_foreach_ext`` and the options pygit2 uses for
 ``status(untracked_files="all")``: the results are identical (``tests/tools/test_status_gil.py``),
 the GIL is taken only per changed entry, and the callback stops libgit2 once the deadline passed.
 
@@ -24,9 +24,10 @@ import functools
 import math
 import os
 import sys
-import threading
 import time
 from typing import Any
+
+from kernel.libgit2_ffi import bind
 
 GIT_STATUS_OPTIONS_VERSION = 1
 GIT_STATUS_SHOW_INDEX_AND_WORKDIR = 0
@@ -50,44 +51,15 @@ int git_status_options_init(git_status_options *opts, unsigned int version);
 int git_status_foreach_ext(git_repository *repo, const git_status_options *opts,
                            int (*callback)(const char *, unsigned int, void *), void *payload);
 """
-_lock = threading.Lock()
 
 
 class StatusStopped(Exception):
     """The deadline passed while libgit2 reported entries."""
 
 
-def _loaded_libgit2() -> str | None:
-    """The path of the libgit2 this process has loaded (pygit2's bundled one, or the system's)."""
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                path = line.rstrip("\n").split(maxsplit=5)[-1]
-                if path.startswith("/") and os.path.basename(path).startswith("libgit2"):
-                    return path
-    except OSError:
-        pass
-    return None
-
-
 @functools.cache
 def _binding() -> tuple[Any, Any] | None:
-    with _lock:
-        try:
-            import cffi
-            import pygit2  # noqa: F401  (loads libgit2 and initialises it)
-
-            path = _loaded_libgit2()
-            if path is None:
-                return None
-            ffi = cffi.FFI()
-            ffi.cdef(_CDEF)
-            lib = ffi.dlopen(path)
-            lib.git_status_foreach_ext  # noqa: B018  (a missing symbol fails here, not mid-call)
-            lib.git_status_options_init  # noqa: B018
-        except Exception:  # any failure: the caller uses pygit2's own status
-            return None
-        return ffi, lib
+    return bind(_CDEF, ("git_status_foreach_ext", "git_status_options_init"))
 
 
 def status(repo: Any, deadline: float) -> dict[str, int] | None:

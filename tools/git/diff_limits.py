@@ -21,12 +21,13 @@ its size, the one gap left).
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pygit2
 from pygit2.enums import DiffFlag, FileMode
 
-from kernel.errors import ToolError
+from kernel.errors import Cancelled, Timeout, ToolError
 from kernel.workspace import LocalWorkspace, Workspace
 
 MAX_DIFF_FILE_BYTES = 8 * 1024 * 1024  # either side: ~80 pages of the largest diff page (100 KiB)
@@ -59,7 +60,15 @@ def human_bytes(n: int) -> str:
 class DiffJudge:
     """Judges the deltas of one diff. ``workdir_new``: the new side of every delta is the work tree."""
 
-    def __init__(self, repo: pygit2.Repository, workspace: Workspace, *, workdir_new: bool) -> None:
+    def __init__(
+        self,
+        repo: pygit2.Repository,
+        workspace: Workspace,
+        *,
+        workdir_new: bool,
+        check: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._check = check  # raises once the call is out of time or cancelled
         self._repo = repo
         self._odb = repo.odb
         self._workspace = workspace
@@ -82,6 +91,8 @@ class DiffJudge:
             workdir = side == "new" and self._workdir_new
             try:
                 over = self._over_line_limit(file, workdir=workdir)
+            except (Timeout, Cancelled):
+                raise  # the call's own end, not this file's
             except (ToolError, OSError, KeyError, ValueError, pygit2.GitError) as exc:
                 return Judgement(
                     before, after, f"the {side} side could not be read to count its lines ({exc})"
@@ -123,6 +134,7 @@ class DiffJudge:
         with self._workspace.open_file(file.path, follow_symlinks=False) as fh:
             left, last = MAX_DIFF_FILE_BYTES + 1, b"\n"
             while left > 0 and (chunk := fh.read(min(READ_CHUNK_BYTES, left))):
+                self._check()  # per MiB read: a slow file system cannot hold the call past its deadline
                 lines += chunk.count(b"\n")
                 left -= len(chunk)
                 last = chunk[-1:]

@@ -17,7 +17,7 @@ from typing import Any
 import pygit2
 from pygit2.enums import DiffOption, FileStatus, SortMode
 
-from kernel import gitstatus
+from kernel import gitdiff, gitstatus
 from kernel.errors import InvalidArgument, NotFound, ToolError
 from kernel.gittree import open_repository, resolve_commit
 from kernel.gitwhole import filtered_and_read
@@ -238,7 +238,7 @@ def _path_filter(prefix: str | None, delta: pygit2.DiffDelta) -> bool:
     return any(p == prefix or p.startswith(prefix + "/") for p in paths)
 
 
-def _diff_object(view: GitView, target: str | None) -> tuple[pygit2.Diff | None, str, str]:
+def _diff_object(view: GitView, guard: Guard, target: str | None) -> tuple[pygit2.Diff | None, str, str]:
     """(the diff, description of the old side, description of the new side)."""
     repo = view.repo
     if view.commit is not None:
@@ -271,7 +271,21 @@ def _diff_object(view: GitView, target: str | None) -> tuple[pygit2.Diff | None,
             "diff (a .gitattributes or core.autocrlf filter applies)",
             f"git diff --stat {rev}",
         )
-    return old_tree.diff_to_workdir(flags=WORKDIR_DIFF_FLAGS), old_name, "working tree"
+    return _workdir_diff(view, guard, old_tree), old_name, "working tree"
+
+
+def _workdir_diff(view: GitView, guard: Guard, old_tree: pygit2.Tree) -> pygit2.Diff:
+    """``old_tree`` against the work tree: without the GIL and stopped between two files once the
+    call's deadline passed or it was cancelled (kernel/gitdiff.py); pygit2's own call where that
+    binding is unavailable."""
+    try:
+        found = gitdiff.tree_to_workdir(view.repo, old_tree, WORKDIR_DIFF_FLAGS, guard.should_stop)
+    except gitdiff.DiffStopped:
+        guard.check()  # the typed timeout or cancellation that stopped it
+        raise
+    if found is None:
+        found = old_tree.diff_to_workdir(flags=WORKDIR_DIFF_FLAGS)
+    return found
 
 
 def _in_tree(tree: pygit2.Tree, path: str) -> bool:
@@ -313,7 +327,7 @@ def diff(
     byte_offset: int,
     max_bytes: int,
 ) -> Result:
-    diff_obj, old_name, new_name = _diff_object(view, target)
+    diff_obj, old_name, new_name = _diff_object(view, guard, target)
     chunks: list[bytes] = []
     total = 0
     window_end = byte_offset + max_bytes
@@ -321,7 +335,7 @@ def diff(
     insertions = deletions = changed = omitted = 0
     if diff_obj is not None:
         # Deltas first (no patch built): a file over the per-file limits never gets one (diff_limits).
-        judge = DiffJudge(view.repo, view.workspace, workdir_new=view.commit is None)
+        judge = DiffJudge(view.repo, view.workspace, workdir_new=view.commit is None, check=guard.check)
         bash_rev = _bash_rev(view, old_name)
         for index, delta in enumerate(diff_obj.deltas):
             guard.check()  # per file: each patch is bounded, so the deadline is overrun by one at most

@@ -139,6 +139,10 @@ class Guard:
         self._ctx = ctx
         self._started = time.monotonic()
 
+    def should_stop(self) -> bool:
+        """Cheap enough for libgit2's per-file callback (kernel/gitdiff.py); ``check`` says why."""
+        return self._ctx.cancelled.is_set() or self._ctx.remaining_s() <= 0
+
     def check(self) -> None:
         if self._ctx.cancelled.is_set():
             raise Cancelled("git call cancelled", op="git")
