@@ -376,7 +376,9 @@ def worktree_remove(view: GitView, *, name: str | None, path: str | None, force:
     if os.path.isdir(real):
         sub = open_repository(real)
         try:
-            dirty = sorted(p for p, f in sub.status().items() if int(f) != FileStatus.IGNORED)
+            # Without the GIL (kernel/gitstatus.py): pygit2's status of a big linked work tree (or
+            # one with a big submodule, whose status libgit2 runs too) stood the event loop still.
+            dirty = sorted(gitstatus.entries(sub))
         finally:
             sub.free()
         if dirty and not force:
