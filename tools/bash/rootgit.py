@@ -36,6 +36,16 @@ the link back. So while commands run, ``enter`` records the link's target in ``.
 (host-only: ``.a3s`` is read-only inside) and puts a missing link back from it before its command
 starts; ``_fileio`` protects the recorded target too; the last command out forgets the record.
 
+**A stale record.** A host killed mid-command never forgets it: after the user removed ``.git``,
+the next command put the old link back from it. So a record is only believed while some command
+is in flight — the record holds no lock of its own, but every running command holds the shared
+one: when ``enter`` can take the lock exclusively, nobody is, and the record is dropped (a killed
+process's ``flock`` goes with it). And the record names the git directory it saw (device and
+inode): a link is put back only onto that same directory, not onto one moved or made at its path
+since (one made after the old was deleted may reuse its inode number: not told apart).
+A link removed (by anyone) while a command runs is still put back, by the next ``enter`` and by
+that command's ``leave``: who removed it cannot be told apart.
+
 What stays open: a ``.git`` *symlink* replaced by a command exists until the command ends (a host
 ``git`` meanwhile honours the replacement). Nested repositories (``sub/.git``) are ordinary
 workspace content (docs/sandbox.md).
@@ -79,6 +89,14 @@ class RootGit:
     placeholder: bool = False
 
 
+@dataclass(frozen=True)
+class Record:
+    """``.a3s/git-link``: the root ``.git`` symlink's target and the directory's identity it named."""
+
+    link: str
+    identity: tuple[int, int] | None
+
+
 @dataclass
 class Guard:
     """One sandboxed command's hold on ``<root>/.git``: what stood there before, and the shared lock."""
@@ -101,19 +119,21 @@ def enter(root: str) -> Guard:
     with open_state_dir(root, create=False) as state:
         lock_fd = os.open(".", _LOCK_FLAGS, dir_fd=state.fd)
     try:
+        _drop_stale_record(lock_fd)
         fcntl.flock(lock_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         fd = os.open(root, O_PATH_DIR)
         try:
             current = _entry(fd)
             if current is not None and current.link is not None:
-                _record_link(lock_fd, current.link)
+                _record_link(lock_fd, Record(current.link, _target_identity(fd, current.link)))
             elif current is None:
-                link = _recorded(lock_fd)
-                if link is None:
-                    _make_placeholder(fd)
-                else:  # a running command removed the link: it goes back before this one starts
+                record = _recorded(lock_fd)
+                if record is not None and _still_names_its_directory(fd, record):
+                    # a running command removed the link: it goes back before this one starts
                     with contextlib.suppress(FileExistsError):
-                        os.symlink(link, GIT_DIR, dir_fd=fd)
+                        os.symlink(record.link, GIT_DIR, dir_fd=fd)
+                else:
+                    _make_placeholder(fd)
             before = _entry(fd)
         finally:
             os.close(fd)
@@ -190,23 +210,66 @@ def recorded_link(root: str) -> str | None:
     have removed the link itself meanwhile), or None."""
     try:
         with open_state_dir(root, create=False) as state:
-            return _recorded(state.fd)
+            record = _recorded(state.fd)
     except (OSError, ValueError, PermissionDenied):
         return None
+    return record.link if record is not None else None
 
 
-def _recorded(state_fd: int) -> str | None:
+def _recorded(state_fd: int) -> Record | None:
+    """The record: the target, then NUL and ``dev:ino`` of the directory it named (absent in a
+    record written before identities were kept: such a record never puts a link back)."""
     try:
         data = read_regular_at(state_fd, LINK_RECORD, MAX_LINK_BYTES)
     except (OSError, ValueError):
         return None
-    return os.fsdecode(data) if data else None
+    if not data:
+        return None
+    link, _, ident = data.partition(b"\0")
+    identity = None
+    dev, _, ino = ident.partition(b":")
+    if dev.isdigit() and ino.isdigit():
+        identity = (int(dev), int(ino))
+    return Record(os.fsdecode(link), identity)
 
 
-def _record_link(state_fd: int, link: str) -> None:
-    if _recorded(state_fd) != link:
+def _record_link(state_fd: int, record: Record) -> None:
+    if _recorded(state_fd) != record:
+        data = os.fsencode(record.link)
+        if record.identity is not None:
+            data += b"\0%d:%d" % record.identity
         with contextlib.suppress(OSError):
-            atomic_write_at(state_fd, LINK_RECORD, os.fsencode(link), mode=0o600)
+            atomic_write_at(state_fd, LINK_RECORD, data, mode=0o600)
+
+
+def _drop_stale_record(state_fd: int) -> None:
+    """Forget a record no command in flight can own: its host was killed before ``leave``. The
+    probe is a second open of ``.a3s`` (its own lock), taken exclusively only for the unlink."""
+    if _recorded(state_fd) is None:
+        return
+    probe = os.open(".", _LOCK_FLAGS, dir_fd=state_fd)
+    try:
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # a command runs: the record is its own
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(LINK_RECORD, dir_fd=state_fd)
+    finally:
+        os.close(probe)  # releases the probe's lock
+
+
+def _target_identity(root_fd: int, link: str) -> tuple[int, int] | None:
+    """Device and inode of what ``link`` (relative to the root, as the link resolves) names now."""
+    try:
+        st = os.stat(link, dir_fd=root_fd)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _still_names_its_directory(root_fd: int, record: Record) -> bool:
+    return record.identity is not None and _target_identity(root_fd, record.link) == record.identity
 
 
 def _forget_link(root: str) -> None:
