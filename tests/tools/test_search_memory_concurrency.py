@@ -1,8 +1,8 @@
 """Concurrent Python-engine greps hold one big file at a time, not one each (SPEC K-8, Q-2).
 
-The Python engine matches a whole file at once, so a text file just under its 64 MiB whole-file
-limit costs its bytes, its decoded text (4 bytes a character once one character is outside the
-BMP) and the UTF-8 text RE2 scans: 373 MiB of peak RSS for one grep of a 59 MiB file with an emoji
+The Python engine matched a whole file at once (now runs of lines), so a text file just under its
+64 MiB whole-file limit cost its bytes, its decoded text (4 bytes a character once one character
+is outside the BMP) and the UTF-8 text RE2 scans: 373 MiB of peak RSS for one grep of a 59 MiB file with an emoji
 on each line. A model's ``batch`` of such greps ran them side by side — 8 took the host +1842 MiB,
 and the thread pool grows with the machine's cores. Measured in a fresh process (ru_maxrss).
 """
@@ -55,5 +55,6 @@ def test_k8_q2_concurrent_python_greps_never_hold_more_than_one_big_file_at_once
     probe = json.loads(done.stdout.strip().splitlines()[-1])
     assert probe["exit_code"] == 0, probe["output"]
     assert probe["output"].count("big.txt:400000") == CALLS, probe["output"]
-    # One big file in flight: ~250 MiB (its bytes, text and UTF-8 copy); side by side it was ~1.2 GiB.
+    # One big file in flight: ~250 MiB when it was matched whole (its bytes, text and UTF-8 copy); side
+    # by side it was ~1.2 GiB. Matched in runs of lines (test_search_grep_stream.py) it is a few MiB.
     assert probe["growth_mib"] < 500, probe

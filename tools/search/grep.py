@@ -89,6 +89,8 @@ class ScanResult:
 
 
 class ContentSink(Protocol):
+    budget: int  # output bytes; an engine may stop gathering a file's lines once they overflow it
+
     def wants(self, path: str) -> bool: ...
 
     def add(self, path: str, lines: list[Line]) -> None: ...

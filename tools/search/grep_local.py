@@ -14,15 +14,15 @@ Used when the workspace is local (it has a ``root``); the protocol path (``ignor
   ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS``, or one ``O_NOFOLLOW`` open per component), so a
   directory swapped for a symlink mid-scan makes that entry unreadable, never followed outside;
   files are opened ``O_NONBLOCK`` and checked with ``fstat`` (a FIFO swapped in never blocks);
-- a file whose first block holds a NUL byte (and has no UTF-16 BOM) is binary: the rest of it is
-  never read.
+- a file is read block by block (``local_blocks``); one whose first block holds a NUL byte (and
+  has no UTF-16 BOM) is binary: the rest of it is never read.
 """
 
 from __future__ import annotations
 
 import os
 import stat as stat_mod
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 
 from kernel.beneath import O_LIST_DIR, O_READ, Beneath, Fd
 from kernel.errors import ToolError
@@ -125,12 +125,13 @@ def _skipped(rules: IgnoreRules, active: bool, path: str, name: str, is_dir: boo
     return name in NEVER_SEARCHED or name.startswith(".")
 
 
-def read_local(beneath: Beneath, path: str) -> bytes | None:
-    """The bytes of ``path``, or None when its first block shows it is binary (NUL, no UTF-16 BOM).
+def local_blocks(beneath: Beneath, path: str, block_bytes: int) -> Generator[bytes]:
+    """The bytes of ``path`` block by block: first ``HEAD_BYTES`` (a caller that finds it binary —
+    NUL, no UTF-16 BOM — stops there, and the rest is never read), then ``block_bytes`` at a time.
 
     Raises OSError for a file that cannot be read (including one that is no longer a regular file,
     or one reached only through a symlink), and ``invalid_argument`` (``too_large``) for a text
-    file over ``MAX_READ_BYTES``: the regex runs over a whole file, so it is never read whole.
+    file over ``MAX_READ_BYTES`` before its second block: the Python engine's limit (K-8).
     """
     fd = beneath.open_strict(path, O_READ)
     try:
@@ -138,24 +139,19 @@ def read_local(beneath: Beneath, path: str) -> bytes | None:
         if not stat_mod.S_ISREG(st.st_mode):
             raise IsADirectoryError(f"{path} is not a regular file")
         head = os.read(fd, HEAD_BYTES)
-        if b"\x00" in head and head[:2] not in UTF16_BOMS:
-            return None
+        yield head
         if len(head) < HEAD_BYTES:
-            return head
-        # A text file over the whole-file limit is a failed read (K-8), before it is read; one that
-        # grows while it is read (a sandboxed command appending) is cut off at the limit too.
+            return
+        # A text file over the limit is a failed read (K-8), before it is read on; one that grows
+        # while it is read (a sandboxed command appending) is cut off at the limit too.
         check_read_size(path, st.st_size)
-        parts = [head]
         total = len(head)
-        want = max(st.st_size - HEAD_BYTES + 1, HEAD_BYTES)
         while total <= MAX_READ_BYTES:
-            chunk = os.read(fd, min(want, MAX_READ_BYTES + 1 - total))
-            if not chunk:
+            block = os.read(fd, min(block_bytes, MAX_READ_BYTES + 1 - total))
+            if not block:
                 break
-            parts.append(chunk)
-            total += len(chunk)
-            want = HEAD_BYTES
+            total += len(block)
+            yield block
         check_read_size(path, total)
-        return b"".join(parts)
     finally:
         os.close(fd)

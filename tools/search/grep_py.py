@@ -1,14 +1,18 @@
 """The pure-Python grep engine: works over the Workspace protocol alone (no local root needed).
 
-It walks with ``ignore.walk`` (ripgrep's filters), reads each file through ``open_file`` (the first
-block decides binary, text over ``MAX_READ_BYTES`` is refused: ``_protocol_reader``), and finds
-matching lines with one whole-text search per matching line — RE2 over the UTF-8 text
+It walks with ``ignore.walk`` (ripgrep's filters), reads each file block by block through
+``open_file`` (the first block decides binary, text over ``MAX_READ_BYTES`` is refused:
+``_protocol_reader``), and matches it in runs of whole lines of about 1 MiB (``grep_stream``), so a
+grep holds a few MiB whatever the file's size (one line is still matched whole). In each run it
+finds matching lines with one whole-text search per matching line — RE2 over the UTF-8 text
 (``linear_regex``: linear time, so the deadline holds for any pattern), Python ``re`` only for the
-few patterns RE2 cannot spell exactly; the scan checks the deadline between searches too: ``^``/``$`` are line anchors
-(``re.MULTILINE``), and a match that spans a line end (``\\s``, ``[^x]`` or ``(?s).`` can cross one
-in whole-text mode) is re-checked line by line, so the result is exactly "lines the pattern
-matches", ripgrep's definition. Decoding follows ripgrep: a UTF-8 BOM is dropped, a UTF-16 BOM
-means UTF-16, invalid UTF-8 becomes U+FFFD; a NUL byte anywhere marks the file binary (skipped).
+few patterns RE2 cannot spell exactly; the scan checks the deadline between searches too: ``^``/``$``
+are line anchors (``re.MULTILINE``), and a match that spans a line end (``\\s``, ``[^x]`` or ``(?s).``
+can cross one in whole-text mode) is re-checked line by line, so the result is exactly "lines the
+pattern matches", ripgrep's definition — and the same for any cut of the file into runs. Context
+lines come from ``grep_window`` across runs. Decoding follows ripgrep: a UTF-8 BOM is dropped, a
+UTF-16 BOM means UTF-16, invalid UTF-8 becomes U+FFFD; a NUL byte anywhere marks the file binary
+(skipped).
 """
 
 from __future__ import annotations
@@ -16,17 +20,19 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from kernel.workspace import MAX_READ_BYTES, Workspace, check_read_size
+from tools.search import grep_stream
 from tools.search.dialect import required_literal
-from tools.search.grep import ContentSink, GrepQuery, Guard, Line, ScanResult, context_lines, read_failed
-from tools.search.grep_local import HEAD_BYTES, UTF16_BOMS, beneath_of, is_local, read_local, walk_local
+from tools.search.grep import ContentSink, GrepQuery, Guard, ScanResult, read_failed
+from tools.search.grep_local import HEAD_BYTES, beneath_of, is_local, local_blocks, walk_local
+from tools.search.grep_stream import UTF8_BOM, TextChunks, line_local
+from tools.search.grep_window import LineWindow
 from tools.search.ignore import IgnoreRules, WalkReport, walk
 from tools.search.linear_regex import compile_linear
-
-UTF8_BOM = b"\xef\xbb\xbf"
 
 
 def decode_text(data: bytes) -> str | None:
@@ -149,13 +155,6 @@ def line_indexes(text: Any, starts: list[int]) -> list[int]:
     return out
 
 
-def split_lines(text: str) -> list[str]:
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
-
-
 class PythonEngine:
     name = "python"
 
@@ -181,52 +180,40 @@ class PythonEngine:
         matcher: Any = linear if linear is not None else compile_python(q)
         literal = required_literal(q.dialect.python, q.case_sensitive)
         needle = literal.encode("utf-8") if literal else None
+        find = _Find(matcher, linear is not None, needle, not line_local(q.dialect.python))
         result = ScanResult()
         read = _local_reader(ws) if is_local(ws) else _protocol_reader(ws)
         for path in self._files(ws, q, guard, result):
             guard.check()
             with _one_big_file(guard) if _is_big(ws, path) else contextlib.nullcontext():
-                self._scan_file(path, read, matcher, linear is not None, needle, q, guard, sink, result)
+                self._scan_file(path, read, find, q, guard, sink, result)
         return result
 
     def _scan_file(
         self,
         path: str,
-        read: Callable[[str], bytes | None],
-        matcher: Any,
-        linear: bool,
-        needle: bytes | None,
+        read: Callable[[str], Generator[bytes]],
+        find: _Find,
         q: GrepQuery,
         guard: Guard,
         sink: ContentSink | None,
         result: ScanResult,
     ) -> None:
+        window = LineWindow(q.context, path, sink.budget) if sink is not None and sink.wants(path) else None
         try:
-            data = read(path)
+            with contextlib.closing(read(path)) as blocks:
+                text = TextChunks(blocks, find.linear, find.needle, find.whole)
+                n_hits = _search_runs(text, find.matcher, guard, window)
         except Exception as exc:
             if read_failed(exc):
                 result.failed_reads += 1
                 return
             raise
-        if data is None:
-            return  # binary (seen in its first block)
-        if needle is not None and needle not in data and data[:2] not in UTF16_BOMS:
-            return  # cannot match: skip decoding (a UTF-16 file is checked after decoding)
-        text = decode_text(data)
-        if text is None:
-            return
-        hay: Any = text.encode("utf-8", "surrogatepass") if linear else text
-        starts = match_line_starts(hay, matcher, guard.check)
-        hits = matching_lines(hay, matcher, guard.check) if starts is None else None
-        n_hits = len(starts) if starts is not None else len(hits or ())
-        if not n_hits:
-            return
+        if text.binary or not n_hits or not text.file_may_match():
+            return  # a binary file (a NUL in some block) shows nothing, whatever was found before
         result.counts[path] = n_hits
-        if sink is not None and sink.wants(path):
-            if hits is None:
-                hits = line_indexes(hay, starts or [])
-            lines: list[Line] = context_lines(split_lines(text), hits, q.context)
-            sink.add(path, lines)
+        if sink is not None and window is not None:
+            sink.add(path, window.lines)
 
     def counts(self, ws: Workspace, q: GrepQuery, guard: Guard) -> ScanResult:
         return self._scan(ws, q, guard, None)
@@ -235,9 +222,40 @@ class PythonEngine:
         return self._scan(ws, q, guard, sink)
 
 
-# A file is matched whole: its bytes, its text (up to 4 bytes a character) and RE2's UTF-8 copy —
-# ~6x a 59 MiB file. Concurrent greps (a model's ``batch``, other sessions of a worker) hold one
-# such file at a time per process, not one each; the engine is GIL-bound, so this costs no speed.
+@dataclass(frozen=True, slots=True)
+class _Find:
+    """What one query searches with."""
+
+    matcher: Any
+    linear: bool  # RE2 over UTF-8 bytes; else Python ``re`` over str
+    needle: bytes | None  # the required literal's bytes (a run without them cannot match)
+    whole: bool  # the pattern is not line-local: the file is matched as one run
+
+
+def _search_runs(text: TextChunks, matcher: Any, guard: Guard, window: LineWindow | None) -> int:
+    """Matching lines of the file, run by run; ``window`` (when the file's lines can show) is fed
+    every run until its output budget is full, with the run's matching lines numbered file-wide."""
+    n_hits = 0
+    base = 0
+    for run in text:
+        guard.check()
+        hay = run.hay
+        starts: list[int] | None = []
+        hits: list[int] | None = None
+        if run.may_match:
+            starts = match_line_starts(hay, matcher, guard.check)
+            hits = matching_lines(hay, matcher, guard.check) if starts is None else None
+            n_hits += len(starts) if starts is not None else len(hits or ())
+        if window is not None and not window.full:
+            local = hits if hits is not None else line_indexes(hay, starts or [])
+            base += window.feed(base, hay, [base + h for h in local])
+    return n_hits
+
+
+# A file is matched in runs of lines (``grep_stream``), but one line is matched whole — its bytes, its
+# text (up to 4 bytes a character) and RE2's UTF-8 copy, ~6x a line of up to 64 MiB — and so is a
+# file under a pattern that is not line-local. Concurrent greps (a model's ``batch``, other sessions
+# of a worker) hold one such file at a time per process; the engine is GIL-bound: no speed is lost.
 BIG_FILE_BYTES = 4 * 1024 * 1024
 _BIG_FILE_LOCK = threading.Lock()
 _LOCK_POLL_S = 0.05
@@ -263,29 +281,35 @@ def _one_big_file(guard: Guard) -> Iterator[None]:
         _BIG_FILE_LOCK.release()
 
 
-def _protocol_reader(ws: Workspace) -> Callable[[str], bytes | None]:
-    """Reads for a non-local workspace (git tree, object store), bounded like ``read_local``: the
-    first block decides binary (the rest never read: a 4 GiB blob of zeros costs 64 KiB), and a
-    text file over ``MAX_READ_BYTES`` is refused before it is read (a failed read, K-8)."""
+def _protocol_reader(ws: Workspace) -> Callable[[str], Generator[bytes]]:
+    """Reads for a non-local workspace (git tree, object store), bounded like ``local_blocks``: the
+    first block decides binary (the rest never read: a 4 GiB blob of zeros costs 64 KiB), a text
+    file over ``MAX_READ_BYTES`` is refused before it is read on (a failed read, K-8), and the rest
+    comes ``BLOCK_BYTES`` at a time."""
     opener = getattr(ws, "open_file", None)
 
-    def read(path: str) -> bytes | None:
+    def read(path: str) -> Generator[bytes]:
         if not callable(opener):
-            return ws.read_bytes(path)  # bounded by MAX_READ_BYTES itself
+            yield ws.read_bytes(path)  # bounded by MAX_READ_BYTES itself, but held whole
+            return
         with opener(path) as fh:
-            head = fh.read(HEAD_BYTES)
-            if b"\x00" in head and head[:2] not in UTF16_BOMS:
-                return None
+            head = bytes(fh.read(HEAD_BYTES))
+            yield head
             if len(head) < HEAD_BYTES:
-                return bytes(head)
+                return
             check_read_size(path, getattr(fh, "size", 0))
-            data = head + fh.read(MAX_READ_BYTES + 1 - len(head))
-            check_read_size(path, len(data))
-            return bytes(data)
+            total = len(head)
+            while total <= MAX_READ_BYTES:
+                block = bytes(fh.read(min(grep_stream.BLOCK_BYTES, MAX_READ_BYTES + 1 - total)))
+                if not block:
+                    break
+                total += len(block)
+                yield block
+            check_read_size(path, total)
 
     return read
 
 
-def _local_reader(ws: Workspace) -> Callable[[str], bytes | None]:
+def _local_reader(ws: Workspace) -> Callable[[str], Generator[bytes]]:
     beneath = beneath_of(ws)
-    return lambda path: read_local(beneath, path)
+    return lambda path: local_blocks(beneath, path, grep_stream.BLOCK_BYTES)
