@@ -98,9 +98,9 @@ def bench_cli(rounds: int = ROUNDS, verbose: bool = True) -> dict[str, dict[str,
     if verbose:
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         print(f"CLI start-up, {rounds} interleaved rounds (load average {load:.1f}, {os.cpu_count()} cores)")
-        print(f"{'command':<28} {'median ms':>9} {'best ms':>8} {'x click':>8}")
+        print(f"{'command':<36} {'median ms':>9} {'best ms':>8} {'x click':>8}")
         for name, row in rows.items():
-            print(f"{name:<28} {row['median_ms']:>9.1f} {row['best_ms']:>8.1f} {row['ratio']:>8.2f}")
+            print(f"{name:<36} {row['median_ms']:>9.1f} {row['best_ms']:>8.1f} {row['ratio']:>8.2f}")
         ratio = rows["a3s-fleet --version"]["ratio"]
         verdict = "met" if ratio <= TARGET_VERSION_RATIO else "MISSED"
         print(f"--version: {ratio:.2f}x the click import (target <= {TARGET_VERSION_RATIO}x): {verdict}")
