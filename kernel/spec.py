@@ -5,10 +5,11 @@ Schema is generated once and cached, and validation runs the model in strict mod
 exactly what the generated schema accepts. A tool on the CLI's one-call path (``read``, ``ls``)
 names its model by import path instead (``DeferredParams``) and adds a dependency-free ``quick``
 validator for ordinary arguments: pydantic is ~110 ms of start-up (issue 13 item 7), loaded only
-when the schema is asked for or ``quick`` leaves the arguments to the model. Host tools registered with a raw JSON Schema are
-validated by a cached ``jsonschema`` validator whose patterns are matched by RE2 in linear time
-(``kernel.schema_patterns``: a schema may come from a hostile MCP server). Either way a failure is ``invalid_argument`` whose
-message names the failing JSON path (``/files/0/limit: …`` or ``$: …``), at most 8 errors.
+when the schema is asked for or ``quick`` leaves the arguments to the model. Host tools registered
+with a raw JSON Schema are validated by a cached ``jsonschema`` validator whose patterns are
+matched by RE2 in linear time (``kernel.schema_patterns``: a schema may come from a hostile MCP
+server). Either way a failure is ``invalid_argument`` whose message names the failing JSON path
+(``/files/0/limit: …`` or ``$: …``), at most 8 errors.
 """
 
 from __future__ import annotations
@@ -188,7 +189,8 @@ class ToolSpec:
         return {"name": self.name, "description": self.description, "parameters": self.json_schema}
 
     def validate(self, args: Any) -> Any:
-        """Validated parameters (a model instance, or the dict for raw-schema tools)."""
+        """Validated parameters: a model instance, what a ``quick`` validator gives (the same
+        attributes), or the dict for raw-schema tools."""
         if not isinstance(args, dict):
             raise InvalidArgument(f"$: arguments must be a JSON object, got {type(args).__name__}")
         if isinstance(self.params, DeferredParams):
