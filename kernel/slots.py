@@ -9,7 +9,8 @@ a lock and wakes a waiting task through that task's loop.
 Invariants: ``try_acquire`` never waits and never overtakes a queued waiter (it fails while anyone
 waits); ``acquire`` waits first-in, first-out; ``release`` hands the slot straight to the oldest
 waiter (the count stays taken), and a waiter cancelled after it was handed a slot passes it on, so
-no slot is ever lost or counted twice.
+no slot is ever lost or counted twice. A ``max_waiting`` bounds the queue: one caller more is
+refused at once with ``QueueFull`` instead of waiting.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
+
+
+class QueueFull(Exception):
+    """Every slot is taken and ``max_waiting`` callers already wait."""
 
 
 class _Waiter:
@@ -33,12 +38,13 @@ def _wake(future: asyncio.Future[None]) -> None:
 
 
 class Slots:
-    __slots__ = ("_free", "_lock", "_waiters", "limit")
+    __slots__ = ("_free", "_lock", "_waiters", "limit", "max_waiting")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, max_waiting: int | None = None) -> None:
         if limit < 1:
             raise ValueError(f"a slot limit must be at least 1, got {limit}")
         self.limit = limit
+        self.max_waiting = max_waiting
         self._free = limit
         self._lock = threading.Lock()
         self._waiters: deque[_Waiter] = deque()
@@ -46,6 +52,11 @@ class Slots:
     @property
     def in_use(self) -> int:
         return self.limit - self._free
+
+    @property
+    def waiting(self) -> int:
+        with self._lock:
+            return len(self._waiters)
 
     def try_acquire(self) -> bool:
         """Take a slot now, or return False (a free slot with callers queued for it is theirs)."""
@@ -60,6 +71,8 @@ class Slots:
             if self._free > 0 and not self._waiters:
                 self._free -= 1
                 return
+            if self.max_waiting is not None and len(self._waiters) >= self.max_waiting:
+                raise QueueFull(f"{self.limit} running, {len(self._waiters)} waiting")
             waiter = _Waiter(asyncio.get_running_loop().create_future())
             self._waiters.append(waiter)
         try:
