@@ -16,6 +16,8 @@ from __future__ import annotations
 from itertools import groupby
 from typing import TYPE_CHECKING
 
+from kernel.projection import native
+
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
@@ -80,7 +82,9 @@ def fold_segments(data: bytes, threshold: int) -> Folded | None:
     if len(data) < VECTOR_FOLD_MIN_BYTES:
         small = fold_reference(data, threshold)
         return None if small is None else Folded([small])
-    return _assemble(data, _find_runs(data, threshold))
+    scan = native.scan
+    runs = scan.repeated_runs(data, threshold) if scan is not None else _find_runs(data, threshold)
+    return _assemble(data, runs)
 
 
 def fold_reference(data: bytes, threshold: int) -> bytes | None:

@@ -27,7 +27,7 @@ import msgspec
 from pydantic_core import SchemaValidator, ValidationError
 from pydantic_core import core_schema as cs
 
-from kernel.projection import array_bounds
+from kernel.projection import array_bounds, native
 from kernel.projection.policy import MAX_STRUCTURED_SAMPLE_ITEMS, TRANSFORM_ALGORITHM
 
 
@@ -38,7 +38,9 @@ def sample_json_array(data: bytes, max_items: int) -> bytes | None:
         return None
     head_count = (max_items + 1) // 2
     tail_count = max_items // 2
-    parsed = _raw_items(data, head_count, tail_count)
+    parsed = _native_items(data, head_count, tail_count)
+    if parsed is _UNDECIDED:
+        parsed = _raw_items(data, head_count, tail_count)
     if parsed is _UNDECIDED:
         if b"NaN" in data or b"Infinity" in data:
             parsed = _strict_stdlib(data, head_count, tail_count)
@@ -76,6 +78,31 @@ def _first_token(data: bytes) -> int | None:
         if data[i] not in _JSON_WS:
             return data[i]
     return None
+
+
+def _native_items(data: bytes, head_count: int, tail_count: int) -> Any:
+    """Fastest path: ``_scan.json_array`` validates the whole document strictly, counts the items
+    and finds the head and tail cuts in one pass with the GIL released; only the retained items are
+    decoded. ``_UNDECIDED`` where the module is missing or leaves the case to the parsers below."""
+    scan = native.scan
+    if scan is None:
+        return _UNDECIDED
+    verdict, total, head_stop, tail_from = scan.json_array(data, head_count, tail_count)
+    if verdict == native.NOT_ARRAY:
+        return None
+    if verdict != native.VALID:
+        return _UNDECIDED
+    if total <= head_count + tail_count:
+        return None
+    start = data.index(b"[")
+    end = data.rindex(b"]")
+    decoder = _raw_list_decoder()
+    try:
+        head = decoder.decode(data[start:head_stop] + b"]")
+        tail = decoder.decode(b"[" + data[tail_from : end + 1]) if tail_count else []
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return _UNDECIDED
+    return _decoded(total, [*head, *tail])
 
 
 def _raw_items(data: bytes, head_count: int, tail_count: int) -> Any:
@@ -127,7 +154,7 @@ def _object_items(data: bytes, head_count: int, tail_count: int) -> Any:
 def _decoded(total: int, kept: list[msgspec.Raw]) -> Any:
     try:
         return total, [msgspec.json.decode(raw) for raw in kept]
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except ValueError:  # msgspec's DecodeError and ValidationError, and invalid UTF-8 in a string
         return _UNDECIDED
 
 
@@ -150,7 +177,8 @@ def _strict_stdlib(data: bytes, head_count: int, tail_count: int) -> tuple[int, 
         raise ValueError(f"not JSON: {token}")
 
     try:
-        value = json.loads(data, parse_constant=reject)
+        # Text, not bytes: json.loads would guess UTF-16/32 from NUL bytes, which are not JSON here.
+        value = json.loads(data.decode("utf-8"), parse_constant=reject)
     except (ValueError, RecursionError):
         return None
     if not isinstance(value, list):
