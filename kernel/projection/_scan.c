@@ -36,10 +36,12 @@ enum verdict { VALID = 0, NOT_ARRAY = 1, UNDECIDED = 2 };
 
 typedef const unsigned char *cursor;
 
-static cursor skip_ws(cursor p, cursor end)
+static inline cursor skip_ws(cursor p, cursor end)
 {
     /* every byte that may start or follow a token is above ' '; whitespace is at or below it */
-    while (p < end && *p <= ' ' && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+    if (p < end && *p > ' ')
+        return p;
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
         p++;
     return p;
 }

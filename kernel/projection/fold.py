@@ -5,10 +5,12 @@ A run of ``>= threshold`` identical lines (each with its ``\\n``) becomes the li
 ``split_inclusive('\\n')`` pieces: a last line without a newline never joins a run. The fold is
 applied only when the whole result is shorter than the input; otherwise ``None``.
 
-Two implementations with one contract: ``fold_reference`` is the literal per-line algorithm (the
-test oracle, and used for small inputs); ``fold_repeated_lines`` finds runs for large inputs with
-vectorised numpy passes (newline index, equal-length neighbours, sampled 8-byte words) and then
-checks every candidate run byte-exactly, so a filter false positive can never fold unequal lines.
+Implementations with one contract: ``fold_reference`` is the literal per-line algorithm (the
+test oracle, and used for small inputs). For large inputs ``_scan.repeated_runs``
+(``kernel/projection/_scan.c``: memchr and memcmp, GIL released) finds the runs; where that
+extension was not built, ``_find_runs`` does, with vectorised numpy passes (newline index,
+equal-length neighbours, sampled 8-byte words), and then checks every candidate run byte-exactly,
+so a filter false positive can never fold unequal lines.
 """
 
 from __future__ import annotations

@@ -5,7 +5,13 @@ If the whole document is one valid JSON array with more than ``N`` items, it bec
 "items":[first ceil(N/2) … last floor(N/2)]}`` in compact JSON. Anything else (not an array,
 invalid JSON, trailing bytes, ``NaN``/``Infinity``, ``<= N`` items) is left alone (``None``).
 
-Speed: msgspec validates the whole document in C and only the head and tail items are decoded.
+Speed: ``kernel/projection/_scan.c`` (``_native_items``) validates the whole document, counts its
+items and finds the head and tail cuts in one pass with the GIL released, so it runs beside the
+SHA-256 of the same bytes; only the retained items are decoded. It leaves three rare cases
+(nesting deeper than 128, numbers of magnitude >= 1e308, lone surrogate escapes) to the paths
+below, which are also what runs where the extension could not be built.
+
+Without it, msgspec validates the whole document in C and only the head and tail items are decoded.
 An array of objects (the usual big JSON) is counted keeping an empty ``Struct`` per item, and its
 head and tail items are cut out by ``kernel.projection.array_bounds`` (≈ 1.6× a SHA-256 pass over
 the bytes); any other array keeps a raw slice per item (≈ 2×). Documents msgspec refuses go
