@@ -100,15 +100,7 @@ def _native_items(data: bytes, head_count: int, tail_count: int) -> Any:
         return _UNDECIDED
     if total <= head_count + tail_count:
         return None
-    start = data.index(b"[")
-    end = data.rindex(b"]")
-    decoder = _raw_list_decoder()
-    try:
-        head = decoder.decode(data[start:head_stop] + b"]")
-        tail = decoder.decode(b"[" + data[tail_from : end + 1]) if tail_count else []
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return _UNDECIDED
-    return _decoded(total, [*head, *tail])
+    return _cut_out(data, total, head_stop, tail_from, head_count, tail_count)
 
 
 def _raw_items(data: bytes, head_count: int, tail_count: int) -> Any:
@@ -146,10 +138,18 @@ def _object_items(data: bytes, head_count: int, tail_count: int) -> Any:
     tail_from = array_bounds.tail_start(data, end, tail_count) if tail_count else end
     if head_stop is None or tail_from is None:
         return _UNDECIDED
+    return _cut_out(data, total, head_stop, tail_from, head_count, tail_count)
+
+
+def _cut_out(
+    data: bytes, total: int, head_stop: int, tail_from: int, head_count: int, tail_count: int
+) -> Any:
+    """The retained items of a valid array, parsed alone: the head up to ``head_stop`` (the comma
+    after it), the tail from ``tail_from`` (just past the comma before it)."""
     decoder = _raw_list_decoder()
     try:
-        head = decoder.decode(data[start:head_stop] + b"]")
-        tail = decoder.decode(b"[" + data[tail_from : end + 1]) if tail_count else []
+        head = decoder.decode(data[data.index(b"[") : head_stop] + b"]")
+        tail = decoder.decode(b"[" + data[tail_from : data.rindex(b"]") + 1]) if tail_count else []
     except (msgspec.DecodeError, msgspec.ValidationError):
         return _UNDECIDED
     if len(head) != head_count or len(tail) != tail_count:  # never, for a valid document: stay safe
