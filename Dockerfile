@@ -20,7 +20,17 @@ ENV VIRTUAL_ENV=/opt/a3s PATH=/opt/a3s/bin:$PATH PYTHONUNBUFFERED=1
 RUN python3 -m venv /opt/a3s
 WORKDIR /app
 COPY . /app
-RUN pip install --no-cache-dir ".[fleet]"
+# A C compiler for the build only: kernel/projection/_scan.c, the projection's GIL-free scans
+# (docs/kernel.md, "The C scans"). The extension is optional — without it the install passes and
+# the projection runs its pure-Python paths, slower — so the compiler (and Python's headers, which
+# Debian's python3 lacks) is installed for this step and removed in it.
+RUN headers=$(python3 -c 'import os, sysconfig; print("" if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else "python3-dev")') \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev $headers \
+    && pip install --no-cache-dir ".[fleet]" \
+    && (cd / && python -c "import kernel.projection._scan") \
+    && apt-get purge -y --auto-remove gcc libc6-dev binutils $headers \
+    && apt-get clean && rm -rf /var/lib/apt/lists/*
 # Workers never run as root in production (Celery warns about it). Files the tools write into a
 # mounted workspace belong to this uid: build with --build-arg A3S_UID=$(id -u) to match yours
 # (a root host keeps the default and gives the workspace to uid 1000).
