@@ -2,8 +2,9 @@
 
 A script controls every value it sends: ``return new Array(2e6).fill([])`` is one 6 MiB line that
 ``json.loads`` turns into two million lists — ~156 MB more host memory and 0.23-0.73 s with the
-event loop stopped (it holds the GIL). Now a line of more than ``MAX_LINE_VALUES`` values is refused
-typed before it is parsed, counted off the loop. Real QuickJS; the memory probe runs the host in a
+event loop stopped (it holds the GIL). Now a line whose parse would cost more than ``MAX_LINE_COST``
+(values 1, containers 4, fractions 2, exponents 4) is refused typed before it is parsed, weighed off
+the loop. Real QuickJS; the memory probe runs the host in a
 separate process with an address-space cap.
 """
 
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 
 from orchestrator import Agent
-from tools.program.linevalues import MAX_LINE_VALUES, count_values, within_value_cap
+from tools.program.linevalues import MAX_LINE_COST, line_cost, within_cost_cap
 from tools.program.source import prepare
 from tools.program.vm import run_script
 
@@ -104,14 +105,29 @@ def test_p3_a_long_line_whose_separators_are_inside_strings_still_parses(tmp_pat
     assert result.metadata["script_result"]["s"] == ",[{:" * 200_000
 
 
-def test_k8_the_count_is_an_upper_bound_and_stops_past_the_cap() -> None:
-    # 8 values and keys ({}, a, [], 1, 2, {}, b, "x,y"); the cheap bound also counts the quoted comma.
-    assert count_values('{"a":[1,2,{"b":"x,y"}]}') == 9
-    many = "[" + ",".join(['""'] * (MAX_LINE_VALUES * 3)) + "]"
-    assert MAX_LINE_VALUES < count_values(many) <= MAX_LINE_VALUES + 8
-    assert within_value_cap(many.encode()) is None
-    text = '{"t":"done","s":"' + ",,,," * MAX_LINE_VALUES + '"}'
-    assert within_value_cap(text.encode()) == text
+def test_k8_the_cost_is_an_upper_bound_and_stops_past_the_cap() -> None:
+    # 3 commas (one quoted), 2 colons, 1 [ and 2 { (4 each), 1 + the line: 18; exact count 17.
+    assert line_cost('{"a":[1,2,{"b":"x,y"}]}') == 18
+    many = "[" + ",".join(['","'] * MAX_LINE_COST) + "]"  # the quoted commas push the cheap bound over
+    assert MAX_LINE_COST < line_cost(many) <= MAX_LINE_COST + 1100  # stops within _FLUSH strings
+    assert within_cost_cap(many.encode()) is None
+    text = '{"t":"done","s":"' + ",,,," * MAX_LINE_COST + '"}'
+    assert within_cost_cap(text.encode()) == text
+
+
+def test_k8_the_weights_values_containers_fractions_exponents() -> None:
+    """A scalar weighs 1, ``[``/``{`` 4, a fraction's ``.`` 2, an exponent 4; ``true``/``false`` are
+    scalars (their ``e`` is not an exponent), and text inside strings is not weighed (exact pass)."""
+    assert line_cost("[1,2,3]") == 1 + 2 + 4
+    assert line_cost("[true,false,null]") == 1 + 2 + 4
+    assert line_cost("[1.5,2e+300,3.0E-5,4e7]") == 1 + 3 + 4 + 2 * 2 + 4 * 3
+    assert line_cost("[{},[]]") == 1 + 1 + 4 * 3
+    assert line_cost("[" + ",".join(["0"] * 1_000_000) + "]") <= MAX_LINE_COST  # a million numbers
+    assert line_cost("[" + ",".join(["1.5"] * 400_000) + "]") > MAX_LINE_COST  # ~74 ms on their own
+    assert line_cost("[" + ",".join(["{}"] * 1_000_000) + "]") > MAX_LINE_COST
+    # Weighed exactly, outside strings: e, true, dots and brackets inside strings are free.
+    text = '["' + "true.e[{" * 200_000 + '",' + ",".join(["1"] * 100) + "]"
+    assert line_cost(text) == 1 + 100 + 4
 
 
 async def test_k6_a_long_line_is_parsed_without_setting_off_the_cyclic_collector() -> None:
@@ -141,3 +157,11 @@ async def test_k6_a_long_line_is_parsed_without_setting_off_the_cyclic_collector
         gc.callbacks.remove(count)
     assert out.ok and len(out.value) == 8000
     assert len(started) < 20, f"{len(started)} collections during the run"
+
+
+def test_k8_exponents_are_counted_across_the_regex_slices() -> None:
+    """The exponent search runs by 256 KiB slices (a regex holds the GIL for its whole search): an
+    ``e1`` across a slice boundary is counted once, not twice nor never."""
+    for pad in range(256 * 1024 - 3, 256 * 1024 + 2):
+        text = "[" + "0" * pad + ",1e1]"
+        assert line_cost(text) == 1 + 1 + 4 + 4, pad

@@ -14,9 +14,9 @@ program bridge or the workflow driver). Invariants:
   process with ``PR_SET_PDEATHSIG``) and are reaped after they exit — off the caller's path when
   they ended on their own, before returning when they had to be killed;
 - every line a child sends is bounded (``MAX_LINE_BYTES``); a longer one ends the run, and so does
-  JSON nested too deeply for the host to parse, and a line of more than ``MAX_LINE_VALUES`` JSON
-  values (``linevalues.py``: counted before parsing, ``budget_exhausted{resource:
-  "vm_message_values"}``). Lone UTF-16 surrogates in what the child sends (a
+  JSON nested too deeply for the host to parse, and a line whose parse would cost more than
+  ``MAX_LINE_COST`` (``linevalues.py``: values, containers and floats weighed before parsing,
+  ``budget_exhausted{resource: "vm_message_values"}``). Lone UTF-16 surrogates in what the child sends (a
   script's ``'ab😀'.slice(0, 3)``) become U+FFFD, as JavaScript's ``toWellFormed()`` does — the host
   cannot encode them as UTF-8;
 - host memory per run is bounded whatever the script queues: at most ``MAX_PENDING_REQUESTS``
@@ -44,7 +44,7 @@ from typing import Any
 
 from kernel.errors import BudgetExhausted
 from tools._children import REAP_TIMEOUT_S, close_pipes, discard, kill
-from tools.program.linevalues import MAX_LINE_VALUES, needs_count, within_value_cap
+from tools.program.linevalues import MAX_LINE_COST, needs_count, within_cost_cap
 from tools.program.pool import VmPool, pool
 
 GRACE_S = 0.5
@@ -88,7 +88,7 @@ class VmOutcome:
 
 
 class LineTooManyValues(Exception):
-    """A line from the child holds more than ``MAX_LINE_VALUES`` JSON values: not parsed."""
+    """Parsing a line from the child would cost more than ``MAX_LINE_COST``: not parsed."""
 
 
 class HandlerAbort(Exception):
@@ -183,16 +183,18 @@ class _Channel:
             return None
         data: bytes | str = line
         if needs_count(line):
-            # Parsing makes an object per value (8 MiB of `{}`: ~190 MB, 0.25-0.6 s holding the
-            # GIL): counted first, off the loop, and refused past the cap (linevalues.py).
-            text = await asyncio.to_thread(within_value_cap, line)
+            # Parsing makes an object per value (8 MiB of `[]`: ~180 MB, ~0.2 s holding the
+            # GIL): weighed first, off the loop, and refused past the cap (linevalues.py).
+            text = await asyncio.to_thread(within_cost_cap, line)
             if text is None:
                 raise LineTooManyValues
             data = text
         try:
             msg = _parse(data)
             if _SURROGATE_HINT.search(line):
-                msg = _well_formed(msg)
+                # A Python walk of every value: off the loop for a long line (a million of them).
+                long = len(line) > GC_FREE_PARSE_BYTES
+                msg = await asyncio.to_thread(_well_formed, msg) if long else _well_formed(msg)
         except RecursionError:
             raise ValueError("JSON nested too deeply") from None
         return msg if isinstance(msg, dict) else None
@@ -203,7 +205,7 @@ class _Channel:
 
 
 def _parse(data: bytes | str) -> Any:
-    """``json.loads``; a long line without the cyclic collector. Its up to ``MAX_LINE_VALUES`` new
+    """``json.loads``; a long line without the cyclic collector. Its up to ~260,000 new
     containers set off collections of the host's whole heap mid-parse (8,000 arrays nested 12
     deep, a 200 kB line: 0.12 s on the event loop in a session); JSON makes no cycles to find."""
     if len(data) <= GC_FREE_PARSE_BYTES or not gc.isenabled():
@@ -332,7 +334,8 @@ async def run_script(
         return outcome
     except LineTooManyValues:
         err = BudgetExhausted(
-            f"the script sent the host a message of more than {MAX_LINE_VALUES} JSON values (arguments "
+            f"the script sent the host a message costing more than {MAX_LINE_COST} units to parse "
+            "(each value or key 1, each array or object 4, each fraction 2, each exponent 4: arguments "
             "or a result this large cost the host far more memory than its bytes); return a summary",
             resource="vm_message_values",
             reason="max_message_values",
