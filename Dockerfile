@@ -21,8 +21,9 @@ RUN python3 -m venv /opt/a3s
 WORKDIR /app
 COPY . /app
 # A C compiler for the build only: kernel/projection/_scan.c, the projection's GIL-free scans
-# (docs/kernel.md, "The C scans"). The extension is optional — without it the install passes and
-# the projection runs its pure-Python paths, slower — so the compiler (and Python's headers, which
+# (docs/kernel.md, "The C scans"), and kernel/_throttle.c, the work-tree diff's progress callback
+# (docs/workspace-tools.md). The extensions are optional — without them the install passes and
+# the pure-Python paths run, slower — so the compiler (and Python's headers, which
 # Debian's python3 lacks) is installed for this step and removed in it.
 RUN headers=$(python3 -c 'import os, sysconfig; print("" if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else "python3-dev")') \
     && apt-get update \

@@ -13,8 +13,16 @@ there. The ``git_diff`` it makes is handed to pygit2 (``Diff.from_c``, which the
 caller sees the very object ``diff_to_workdir`` returns. What stays uninterruptible: one file's
 hash and one submodule's status (libgit2 reports no progress inside either; both GIL-free).
 
-A callback needs the GIL, briefly, per work-tree item: measured on 100,000 files, no slower alone;
-with a pure-Python thread spinning beside it, 5x slower (the callbacks queue for the GIL).
+A Python callback needs the GIL, and taking it per work-tree item cost 100,000 files 3.2 s -> 19 s
+(on a busier machine: ~5 s -> 69-321 s) while a pure-Python thread spun beside the call (each item
+queued for the GIL); throttled as below, 9.6-15.5 s there (docs/workspace-tools.md). So the callback
+given to libgit2 is C (``kernel/_throttle.c``, optional): per item it reads CLOCK_MONOTONIC and
+only once ``ASK_INTERVAL_NS`` (10 ms) has passed since the last answer calls ``ask``, a cffi
+Python callback running ``should_stop``; the first item asks at once, so an expired deadline or a
+prior cancel still stops the walk before it starts. 10 ms: a stop comes at most 10 ms (plus one
+item) later than per item — far inside the tool's deadline slack — while a busy Python thread,
+which hands the GIL over only after its 5 ms switch interval, can delay at most one ask per 10 ms
+of libgit2's work. Where the extension was not built, the per-item Python callback runs instead.
 
 Where this cannot be set up (no cffi ABI mode, no libgit2 in the process map, a missing symbol,
 no executable closures) ``tree_to_workdir`` answers None and the caller uses pygit2's own call.
@@ -29,7 +37,14 @@ from typing import Any
 
 from kernel.libgit2_ffi import bind
 
+try:
+    from kernel import _throttle as throttle
+except ImportError:  # no C compiler at install time: libgit2 calls the Python callback per item
+    throttle = None  # type: ignore[assignment]
+
 GIT_DIFF_OPTIONS_VERSION = 1
+# How often, at most, the C progress callback asks ``should_stop`` (see the docstring).
+ASK_INTERVAL_NS = 10_000_000
 # git_diff_options is filled by libgit2's own init function: room for the fields not declared below.
 _OPTIONS_BYTES = 1024
 _CDEF = """
@@ -50,7 +65,13 @@ int git_diff_options_init(git_diff_options *opts, unsigned int version);
 int git_diff_tree_to_workdir(git_diff **diff, git_repository *repo, git_tree *old_tree,
                              const git_diff_options *opts);
 void git_diff_free(git_diff *diff);
+typedef struct {
+    int (*ask)(void);
+    int64_t interval_ns;
+    int64_t next_ns;
+} throttle_payload;  /* struct throttle of kernel/_throttle.c */
 """
+_PROGRESS = "int(*)(const git_diff *, const char *, const char *, void *)"
 
 
 class DiffStopped(Exception):
@@ -73,10 +94,19 @@ def _address(ffi: Any, obj: Any, ctype: str) -> Any:
     return ffi.cast(ctype, int.from_bytes(pointer, sys.byteorder))
 
 
-def tree_to_workdir(repo: Any, tree: Any, flags: int, should_stop: Callable[[], bool]) -> Any:
+def tree_to_workdir(
+    repo: Any,
+    tree: Any,
+    flags: int,
+    should_stop: Callable[[], bool],
+    *,
+    ask_interval_ns: int = ASK_INTERVAL_NS,
+) -> Any:
     """``tree.diff_to_workdir(flags=flags)`` as a ``pygit2.Diff``, made without the GIL and ended
-    early (``DiffStopped``) once ``should_stop()`` is true between two work-tree items. None when
-    this binding is unavailable; ``pygit2.GitError`` when libgit2 fails."""
+    early (``DiffStopped``) once ``should_stop()`` is true between two work-tree items: asked
+    before the first item, then at most once per ``ask_interval_ns`` (per item without the
+    ``kernel._throttle`` extension). None when this binding is unavailable; ``pygit2.GitError``
+    when libgit2 fails."""
     binding = _binding()
     if binding is None:
         return None
@@ -92,20 +122,33 @@ def tree_to_workdir(repo: Any, tree: Any, flags: int, should_stop: Callable[[], 
     opts.flags = int(flags)
     stopped: list[bool] = []
 
-    def on_item(_diff: Any, _old: Any, _new: Any, _payload: Any) -> int:
+    def ask() -> int:
         if should_stop():
             stopped.append(True)
             return -1  # libgit2 ends the walk and returns this
         return 0
 
+    def on_item(_diff: Any, _old: Any, _new: Any, _payload: Any) -> int:
+        return ask()
+
+    payload = None
     try:
-        callback = ffi.callback("int(const git_diff *, const char *, const char *, void *)", on_item)
+        if throttle is not None and ffi.sizeof("throttle_payload") == throttle.PAYLOAD_SIZE:
+            callback = ffi.callback("int(void)", ask)
+            payload = ffi.new("throttle_payload *")
+            payload.ask = callback
+            payload.interval_ns = ask_interval_ns
+            payload.next_ns = 0  # the first item asks at once
+            opts.progress_cb = ffi.cast(_PROGRESS, throttle.PROGRESS)
+            opts.payload = payload
+        else:
+            callback = ffi.callback("int(const git_diff *, const char *, const char *, void *)", on_item)
+            opts.progress_cb = callback
     except Exception:  # no executable closures here (a hardened host): pygit2's diff instead
         return None
-    opts.progress_cb = callback
     out = ffi.new("git_diff **")
     code = lib.git_diff_tree_to_workdir(out, raw_repo, raw_tree, opts)
-    # ``repo``, ``tree`` and ``callback`` stay alive until here: this frame holds them.
+    # ``repo``, ``tree``, ``callback`` and ``payload`` stay alive until here: this frame holds them.
     if stopped or code < 0:
         if out[0] != ffi.NULL:
             lib.git_diff_free(out[0])

@@ -1,0 +1,2 @@
+PROGRESS: int
+PAYLOAD_SIZE: int
