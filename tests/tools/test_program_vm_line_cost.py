@@ -11,8 +11,12 @@ QuickJS through the host's channel (``run_script``).
 from __future__ import annotations
 
 import asyncio
+import threading
+from pathlib import Path
 from typing import Any
 
+from orchestrator import Agent
+from tools.program import vm
 from tools.program.source import prepare
 from tools.program.vm import run_script
 
@@ -98,3 +102,74 @@ async def test_k8_a_long_line_with_lone_surrogates_is_repaired_off_the_loop() ->
     out = await _run("async function run() { return new Array(300000).fill('ab😀'.slice(0, 3)) }")
     assert out.ok, (out.kind, out.error)
     assert len(out.value) == 300_000 and set(out.value) == {"ab\ufffd"}
+
+
+class _SearchSpy:
+    """The surrogate regex, recording on which thread each ``search`` ran."""
+
+    def __init__(self, regex: Any) -> None:
+        self.regex, self.threads = regex, []
+
+    def search(self, data: bytes) -> Any:
+        self.threads.append(threading.get_ident())
+        return self.regex.search(data)
+
+
+async def test_k6_a_long_line_s_surrogate_scan_runs_off_the_event_loop(monkeypatch: Any) -> None:
+    """The regex looking for lone surrogates held the GIL ~40 ms over 8 MiB on the loop (an 8 MB
+    string's line: longest loop gap 48-73 ms before, 24-34 ms now). Now it runs only when a ``\\u``
+    escape or a surrogate's UTF-8 lead byte is in the line at all, and for a long line in the
+    worker thread that weighs it; a lone surrogate there is still repaired."""
+    spy = _SearchSpy(vm._SURROGATE_HINT)
+    monkeypatch.setattr(vm, "_SURROGATE_HINT", spy)
+    loop_thread = threading.get_ident()
+    plain = await _run("async function run() { return 'x'.repeat(600000) }")
+    assert plain.ok and plain.value == "x" * 600_000
+    lone = await _run("async function run() { return 'x'.repeat(600000) + '\\ud800' }")
+    assert lone.ok and lone.value == "x" * 600_000 + "\ufffd"
+    assert spy.threads and loop_thread not in spy.threads, "the surrogate regex ran on the event loop"
+
+
+def test_k8_p3_a_program_s_promise_all_of_20000_steps_sends_300000_numbers_to_a_tool(tmp_path: Path) -> None:
+    """Through the real ``program`` tool. Before the cost bound, the call's line (300,000 values)
+    ended the run ``budget_exhausted{vm_message_values}``; now the tool answers (here ``ls`` refuses
+    the extra argument: its schema check). A program's own result stays bounded by its 1 MiB
+    indented size (``max_script_result_bytes``), which 300,000 numbers exceed whatever the line costs."""
+    src = """async function run(ctx) {
+      const rows = await Promise.all(Array.from({length: 20000}, async (_, i) => { await null; return Array(15).fill(i % 10) }));
+      const r = await ctx.tool('ls', {path: '.', numbers: rows.flat()});
+      return {rows: rows.length, exitCode: r.exitCode, output: r.output};
+    }"""
+    with Agent() as agent:
+        result = agent.session(tmp_path).program(source=src)
+    assert result.exit_code == 0, result.output
+    value = result.metadata["script_result"]
+    assert value["rows"] == 20_000 and value["exitCode"] == 1
+    assert "/numbers: additional property is not allowed" in value["output"]
+
+
+def test_k8_f7_a_workflow_returning_300000_numbers_succeeds(tmp_path: Path) -> None:
+    """Through the real ``dynamic_workflow`` tool (its result bound is 1 MiB of compact JSON).
+    Before the cost bound: ``budget_exhausted{vm_message_values}``."""
+    with Agent() as agent:
+        result = agent.session(tmp_path).workflow(
+            source="async function run(wf, input) { return Array.from({length: 300000}, (_, i) => i % 10) }",
+            input={},
+        )
+    assert result.exit_code == 0, result.output
+    assert result.metadata["output"] == [i % 10 for i in range(300_000)]
+
+
+def test_k8_f7_a_workflow_returning_a_promise_all_of_20000_steps_succeeds(tmp_path: Path) -> None:
+    """20,000 awaited steps of 16 values each (320,000): refused before the cost bound, now returned."""
+    src = """async function run(wf, input) {
+      return await Promise.all(Array.from({length: 20000}, async (_, i) => {
+        await null;
+        return {k: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, i % 7]};
+      }));
+    }"""
+    with Agent() as agent:
+        result = agent.session(tmp_path).workflow(source=src, input={})
+    assert result.exit_code == 0, result.output
+    value = result.metadata["output"]
+    assert len(value) == 20_000 and value[19_999] == {"k": [0] * 11 + [19_999 % 7]}
