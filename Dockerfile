@@ -29,7 +29,7 @@ RUN headers=$(python3 -c 'import os, sysconfig; print("" if os.path.exists(os.pa
     && apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev $headers \
     && pip install --no-cache-dir ".[fleet]" \
-    && (cd / && python -c "import kernel.projection._scan") \
+    && (cd / && python -c "import kernel.projection._scan, kernel._throttle") \
     && apt-get purge -y --auto-remove gcc libc6-dev binutils $headers \
     && apt-get clean && rm -rf /var/lib/apt/lists/*
 # Workers never run as root in production (Celery warns about it). Files the tools write into a

@@ -71,14 +71,20 @@ def test_dockerignore_keeps_venv_git_state_and_secrets_out_of_the_build_context(
 
 
 def test_dockerfile_installs_the_tools_programs_runs_unprivileged_and_starts_a_worker() -> None:
-    (install,) = [r for r in _instruction("RUN") if "apt-get install" in r]
+    (install,) = [r for r in _instruction("RUN") if "apt-get install" in r and "ripgrep" in r]
     packages = set(shlex.split(install.split("apt-get install", 1)[1].split("&&")[0]))
     assert {"git", "ripgrep", "bubblewrap"} <= packages  # bubblewrap: model-side bash fails closed without it
     runs = _instruction("RUN")
     # The package goes into a venv that leads PATH: Debian's own python3 refuses pip (PEP 668),
     # and the healthchecks and the example plan call `python`, `celery`, `a3s-fleet` by name.
     venv = runs.index("python3 -m venv /opt/a3s")
-    assert runs.index('pip install --no-cache-dir ".[fleet]"') > venv
+    (build,) = [i for i, r in enumerate(runs) if 'pip install --no-cache-dir ".[fleet]"' in r]
+    assert build > venv
+    # The projection's and the git diff's C extensions are compiled there, required, and the
+    # compiler is removed in the same layer (docs/fleet.md).
+    assert "apt-get install" in runs[build] and "gcc" in runs[build]
+    assert "import kernel.projection._scan, kernel._throttle" in runs[build]
+    assert "apt-get purge" in runs[build]
     (env,) = _instruction("ENV")
     assert "VIRTUAL_ENV=/opt/a3s" in env.split() and "PATH=/opt/a3s/bin:$PATH" in env.split()
     # A3S_UID=0 (`$(id -u)` as root) would make useradd fail obscurely or the worker root: refused.
