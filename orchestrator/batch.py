@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 import time
 import uuid
@@ -33,11 +34,13 @@ from typing import Any
 from config.settings import Settings
 from flows.fanout import Branch
 from flows.task.runs import Finished, advance, plan_run
-from kernel.errors import InvalidArgument, ToolError
+from kernel.errors import InvalidArgument, ToolError, error_from_exception
 from kernel.options import SessionOptions
 from kernel.policy import PermissionPolicy
 from kernel.result import ToolResult
 from orchestrator.batch_file import Job, ResultsWriter, latest_results, load_jobs, pending_jobs, result_line
+
+log = logging.getLogger(__name__)
 
 DEFAULT_EMBEDDED_CONCURRENCY = 4
 MAX_CONCURRENCY = 256
@@ -202,8 +205,10 @@ class _Embedded:
                         if isinstance(outcome, Finished)
                         else ToolResult.failure("agent", InvalidArgument("the run suspended embedded"))
                     )
-                except ToolError as err:
-                    result = ToolResult.failure("agent", err)
+                except Exception as err:  # a bug in one job is that job's failure, never the batch's
+                    if not isinstance(err, ToolError):
+                        log.exception("batch job %s failed", job.id)
+                    result = ToolResult.failure("agent", error_from_exception(err, "agent"))
                 result.metadata.setdefault("agent_run", {}).setdefault("session_id", session.id)
             finally:
                 self.agent.release(session)

@@ -134,3 +134,39 @@ def test_a5_embedded_batch_shows_a_progress_bar_appends_results_and_reruns_only_
         assert "1 succeeded, 0 failed, 2 skipped" in done.stderr
         assert [first_user_text(r.body) for r in server.requests[before:]] == ["JOB 2"]
         assert json.loads(out.read_text().splitlines()[-1])["text"] == "second, at last"
+
+
+def test_a5_x2_a_job_that_raises_is_that_jobs_failure_and_the_batch_goes_on(
+    tmp_path: Path, monkeypatch: Any, caplog: Any
+) -> None:
+    """SPEC A-5, K-8, X-2: an untyped exception inside one embedded job (a bug, not a ToolError) used to
+    escape the worker thread and abort the whole batch, losing the other jobs' results. It is now that
+    job's failed row (internal_error naming the exception type), the traceback goes to the log, and the
+    other jobs are recorded."""
+    from orchestrator import batch as batch_mod
+
+    real_advance = batch_mod.advance
+
+    def advance(core: Any, plan: Any, *, prompt: str) -> Any:
+        if prompt == "BOOM":
+            raise KeyError("lost-key")
+        return real_advance(core, plan, prompt=prompt)
+
+    monkeypatch.setattr(batch_mod, "advance", advance)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with ScriptedOpenAIServer(route=by_prompt({"JOB 1": [{"text": "first"}]})) as server:
+        for name, value in server.env().items():
+            monkeypatch.setenv(name, value)
+        jobs = write_jobs(
+            tmp_path / "jobs.jsonl", [{"id": "boom", "prompt": "BOOM"}, {"id": "one", "prompt": "JOB 1"}]
+        )
+        out = tmp_path / "results.jsonl"
+        req = batch_mod.BatchRequest(str(jobs), str(out), model="openai:m", workspace=str(ws), concurrency=2)
+        state = batch_mod.run_batch(req)
+    assert (state.done, state.failed) == (1, 1)
+    rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert rows["one"]["success"] and rows["one"]["text"] == "first"
+    assert not rows["boom"]["success"] and rows["boom"]["error"]["type"] == "internal_error"
+    assert "KeyError" in rows["boom"]["text"] and "Traceback" not in rows["boom"]["text"], rows["boom"]
+    assert any("batch job boom failed" in r.getMessage() and r.exc_info for r in caplog.records)
