@@ -272,8 +272,10 @@ class _Fleet:
                         result = await runner.run_branch(
                             batch_id, index, Branch("agent", body, f"job {job.id}")
                         )
-                    except ToolError as err:
-                        result = ToolResult.failure("agent", err)
+                    except Exception as err:  # as embedded: one job's failure, never the batch's
+                        if not isinstance(err, ToolError):
+                            log.exception("batch job %s failed", job.id)
+                        result = ToolResult.failure("agent", error_from_exception(err, "agent"))
                 finally:
                     state.running -= 1
                 result.metadata.setdefault("agent_run", {}).setdefault("session_id", snapshot["session_id"])
