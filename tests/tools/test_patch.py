@@ -339,3 +339,39 @@ def test_patch_paths_lists_every_touched_path() -> None:
     caps = TOOL.capabilities(params)
     assert not caps.read_only and caps.max_parallelism == 1
     assert TOOL.requires == frozenset({"read", "write"}) and TOOL.path_fields == ("file_path",)
+
+
+def test_k8_hunk_search_tries_only_the_positions_of_its_rarest_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPEC K-8: a hunk without line numbers used to be tried at every offset with a full compare:
+    100,000 'x' lines against 1,999 'x' lines and one 'y' compared ~2e8 lines. Candidates now come
+    from the positions of the hunk's rarest line ('y', once), so it places within a budget of
+    100,000 compared lines."""
+    from tools.patch import apply
+
+    monkeypatch.setattr(apply, "MAX_COMPARED_LINES", 100_000)
+    (tmp_path / "f.txt").write_text("x\n" * 100_000 + "y\n" + "x\n" * 10)
+    diff = "--- a/f.txt\n+++ b/f.txt\n@@\n" + " x\n" * 1_999 + "-y\n+z\n"
+    res = patch(tmp_path, diff)
+    assert res.ok, res.output
+    assert (tmp_path / "f.txt").read_text() == "x\n" * 100_000 + "z\n" + "x\n" * 10
+
+
+def test_k8_placing_a_patch_past_its_compared_lines_budget_fails_typed_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPEC K-8: every line compared while placing one patch's hunks is counted; a hunk whose
+    every line is common (50 blocks of 300 'a' and a 'b', so 49 candidates of ~300 lines each)
+    runs past the budget (20,000,000 in production, 10,000 here) and the patch fails with
+    invalid_argument, nothing written."""
+    from tools.patch import apply
+
+    monkeypatch.setattr(apply, "MAX_COMPARED_LINES", 10_000)
+    (tmp_path / "f.txt").write_text(("a\n" * 300 + "b\n") * 50)
+    before = tree(tmp_path)
+    diff = "--- a/f.txt\n+++ b/f.txt\n@@\n b\n" + " a\n" * 300 + "-b\n+c\n"
+    res = patch(tmp_path, diff)
+    assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument", res.output
+    assert "10,000 line comparisons" in res.output and "nothing was written" in res.output, res.output
+    assert tree(tmp_path) == before
