@@ -375,3 +375,18 @@ def test_k8_placing_a_patch_past_its_compared_lines_budget_fails_typed_and_write
     assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument", res.output
     assert "10,000 line comparisons" in res.output and "nothing was written" in res.output, res.output
     assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("number", ["999999999999999999999", "9" * 5000, "2147483649"])
+def test_k8_a_hunk_header_with_a_huge_line_number_is_invalid_argument(ws: Path, number: str) -> None:
+    """SPEC K-4, K-8: a header number past MAX_HUNK_LINE_NUMBER (2**31) is refused while parsing —
+    a 5,000-digit one made int() raise ValueError out of the tool (and out of the permission
+    subject), a huge count kept the hunk open — and nothing is written."""
+    before = tree(ws)
+    for header in (f"@@ -{number} +1 @@", f"@@ -1,{number} +1 @@", f"@@ -1 +1,{number} @@"):
+        diff = f"--- a/src/util.py\n+++ b/src/util.py\n{header}\n-line 1\n+line one\n"
+        res = patch(ws, diff)
+        assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument", res.output
+        assert "at most 2147483648" in res.output, res.output
+        assert patch_paths(TOOL.validate({"diff": diff})) == []
+    assert tree(ws) == before

@@ -8,7 +8,8 @@ Two input formats:
    stripped after ``diff --git``, and otherwise when both sides carry them (or the other side is
    ``/dev/null``). Text after a tab in a ``---``/``+++`` line (a timestamp) is ignored; git's
    quoted paths are unquoted. Hunks without file headers belong to the ``file_path`` parameter.
-   Hunk header counts are advisory: the body decides how many lines a hunk has (a blank line in a
+   Hunk header numbers above ``MAX_HUNK_LINE_NUMBER`` are refused (``invalid_argument``). Hunk
+   header counts are advisory: the body decides how many lines a hunk has (a blank line in a
    body is an empty context line while the header says lines remain, or when more body follows).
 2. **apply_patch envelope** (OpenAI-style): ``*** Begin Patch`` … ``*** End Patch`` with
    ``*** Add File: p`` (``+`` lines), ``*** Delete File: p``, ``*** Update File: p`` (optional
@@ -27,6 +28,9 @@ from kernel.errors import InvalidArgument, Unsupported
 
 DEV_NULL = "/dev/null"
 MAX_DIFF_CHARS = 16 * 1024 * 1024
+# A file write/edit/patch take (64 MiB) has fewer lines than this; a bigger number is a mistake or
+# an attack (int() of a 5,000-digit string raises ValueError; a huge count keeps a hunk open).
+MAX_HUNK_LINE_NUMBER = 1 << 31
 _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$")
 
 
@@ -167,9 +171,10 @@ def _parse_hunk(lines: list[str], i: int) -> tuple[Hunk, int]:
     m = _HUNK_RE.match(header)
     hunk = Hunk(header=header)
     if m:
-        hunk.old_start = int(m.group(1))
-        hunk.old_len = int(m.group(2)) if m.group(2) is not None else 1
-        hunk.new_len = int(m.group(4)) if m.group(4) is not None else 1
+        old_start, old_len, _new_start, new_len = (_line_number(header, g) for g in m.groups()[:4])
+        hunk.old_start = old_start
+        hunk.old_len = old_len if old_len is not None else 1
+        hunk.new_len = new_len if new_len is not None else 1
     elif header.strip() != "@@" and not header.startswith("@@ @@"):
         raise InvalidArgument(f"malformed hunk header: {header!r} (expected '@@ -a,b +c,d @@')")
     old_seen = new_seen = 0
@@ -208,6 +213,18 @@ def _parse_hunk(lines: list[str], i: int) -> tuple[Hunk, int]:
     if not hunk.lines:
         raise InvalidArgument(f"hunk {header!r} has no lines")
     return hunk, i
+
+
+def _line_number(header: str, digits: str | None) -> int | None:
+    """A hunk header number, refused (``invalid_argument``) past ``MAX_HUNK_LINE_NUMBER``."""
+    if digits is None:
+        return None
+    significant = digits.lstrip("0")
+    if len(significant) > len(str(MAX_HUNK_LINE_NUMBER)) or int(digits) > MAX_HUNK_LINE_NUMBER:
+        raise InvalidArgument(
+            f"hunk header {header[:80]!r}: line numbers and counts must be at most {MAX_HUNK_LINE_NUMBER}"
+        )
+    return int(digits)
 
 
 def _more_body_follows(lines: list[str], j: int) -> bool:
