@@ -390,3 +390,34 @@ def test_k8_a_hunk_header_with_a_huge_line_number_is_invalid_argument(ws: Path, 
         assert "at most 2147483648" in res.output, res.output
         assert patch_paths(TOOL.validate({"diff": diff})) == []
     assert tree(ws) == before
+
+
+def _creates(count: int) -> tuple[str, str]:
+    unified = "".join(f"--- /dev/null\n+++ b/new/f{i}.txt\n@@ -0,0 +1 @@\n+{i}\n" for i in range(count))
+    envelope = (
+        "*** Begin Patch\n"
+        + "".join(f"*** Add File: new/f{i}.txt\n+{i}\n" for i in range(count))
+        + "*** End Patch\n"
+    )
+    return unified, envelope
+
+
+def test_k8_a_patch_of_more_than_256_files_fails_at_parse_time(ws: Path) -> None:
+    """SPEC K-3, K-8: MAX_PATCH_FILES (256) is checked while parsing, so the permission subject —
+    every path, each one a question for the gate — is never built for a bigger patch, and the call
+    fails with invalid_argument, nothing written. 256 files still apply."""
+    from tools.patch.parse import MAX_PATCH_FILES
+
+    assert MAX_PATCH_FILES == 256
+    before = tree(ws)
+    for diff in _creates(257):
+        assert patch_paths(TOOL.validate({"diff": diff})) == []
+        res = patch(ws, diff)
+        assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument", res.output
+        assert "more than 256 file sections" in res.output, res.output
+        assert tree(ws) == before
+    unified, _ = _creates(256)
+    assert len(patch_paths(TOOL.validate({"diff": unified}))) == 256
+    res = patch(ws, unified)
+    assert res.ok, res.output
+    assert (ws / "new" / "f255.txt").read_text() == "255\n"

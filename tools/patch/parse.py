@@ -15,6 +15,9 @@ Two input formats:
    ``*** Add File: p`` (``+`` lines), ``*** Delete File: p``, ``*** Update File: p`` (optional
    ``*** Move to: q``) and ``@@ [anchor]`` hunks, ``*** End of File`` pinning a hunk to the end.
 
+At most ``MAX_PATCH_FILES`` file sections: one more fails the parse (``invalid_argument``), so
+the permission gate, which asks about every path a patch names, never sees the list.
+
 Every patch line has one trailing ``\\r`` removed, so a diff carried with CRLF line breaks reads
 the same as with LF; line endings of the target file are handled in ``apply.py``.
 """
@@ -28,6 +31,7 @@ from kernel.errors import InvalidArgument, Unsupported
 
 DEV_NULL = "/dev/null"
 MAX_DIFF_CHARS = 16 * 1024 * 1024
+MAX_PATCH_FILES = 256  # file sections per patch: each is a permission question and an open file
 # A file write/edit/patch take (64 MiB) has fewer lines than this; a bigger number is a mistake or
 # an attack (int() of a 5,000-digit string raises ValueError; a huge count keeps a hunk open).
 MAX_HUNK_LINE_NUMBER = 1 << 31
@@ -90,6 +94,14 @@ def parse_patch(text: str) -> ParsedPatch:
     return ParsedPatch("unified", files)
 
 
+def _add_file(files: list[FilePatch], section: FilePatch) -> None:
+    if len(files) >= MAX_PATCH_FILES:
+        raise InvalidArgument(
+            f"the patch has more than {MAX_PATCH_FILES} file sections; split it into several patches"
+        )
+    files.append(section)
+
+
 def _strip_fences(lines: list[str]) -> list[str]:
     while lines and not lines[-1].strip():
         lines = lines[:-1]
@@ -115,7 +127,7 @@ def _parse_unified(lines: list[str]) -> list[FilePatch]:
         if line.startswith("diff --git "):
             old, new = _git_header_paths(line[len("diff --git ") :])
             cur = FilePatch(old_path=old, new_path=new)
-            files.append(cur)
+            _add_file(files, cur)
             in_git_header = True
             i += 1
             continue
@@ -126,14 +138,14 @@ def _parse_unified(lines: list[str]) -> list[FilePatch]:
                     cur.old_path, cur.new_path = old, new
             else:
                 cur = FilePatch(old_path=old, new_path=new)
-                files.append(cur)
+                _add_file(files, cur)
             in_git_header = False
             i += 2
             continue
         if line.startswith("@@"):
             if cur is None:
                 cur = FilePatch(old_path=None, new_path=None, has_headers=False)
-                files.append(cur)
+                _add_file(files, cur)
             in_git_header = False
             hunk, i = _parse_hunk(lines, i)
             cur.hunks.append(hunk)
@@ -309,17 +321,17 @@ def _parse_envelope(lines: list[str]) -> list[FilePatch]:
             cur = FilePatch(old_path=None, new_path=line[len("*** Add File: ") :].strip())
             hunk = Hunk(header="*** Add File", old_start=0, old_len=0)
             cur.hunks.append(hunk)
-            files.append(cur)
+            _add_file(files, cur)
         elif line.startswith("*** Delete File: "):
             cur = FilePatch(
                 old_path=line[len("*** Delete File: ") :].strip(), new_path=None, check_delete=False
             )
-            files.append(cur)
+            _add_file(files, cur)
             hunk = None
         elif line.startswith("*** Update File: "):
             path = line[len("*** Update File: ") :].strip()
             cur = FilePatch(old_path=path, new_path=path)
-            files.append(cur)
+            _add_file(files, cur)
             hunk = None
         elif line.startswith("*** Move to: "):
             if cur is None or cur.old_path is None or cur.hunks:
