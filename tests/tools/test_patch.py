@@ -421,3 +421,27 @@ def test_k8_a_patch_of_more_than_256_files_fails_at_parse_time(ws: Path) -> None
     res = patch(ws, unified)
     assert res.ok, res.output
     assert (ws / "new" / "f255.txt").read_text() == "255\n"
+
+
+def test_k8_a_patch_of_mostly_blank_lines_parses_in_linear_time(tmp_path: Path) -> None:
+    """SPEC K-8: each blank line of a hunk body looked ahead over every following blank line, and
+    the trailing blank lines of a diff were trimmed one list copy at a time — both quadratic, so
+    200,000 blank lines took ~2e10 steps. A blank run is now looked at once and the trim slices
+    once; the bound below is generous (linear parsing takes well under a second)."""
+    import time
+
+    from tools.patch.parse import parse_patch
+
+    blanks = 200_000
+    body = "--- a/f.txt\n+++ b/f.txt\n@@\n" + "\n" * blanks + "-a\n+b\n"
+    for diff in (body, body + "\n" * blanks, "--- a/f.txt\n+++ b/f.txt\n@@ -1,1 +1,1 @@\n" + "\n" * blanks):
+        t0 = time.monotonic()
+        try:
+            parse_patch(diff)
+        except ToolError:
+            pass  # the last one is a blank context line and nothing else: any typed answer will do
+        assert time.monotonic() - t0 < 10
+    (tmp_path / "f.txt").write_text("\n" * blanks + "a\n")
+    res = patch(tmp_path, body + "\n" * blanks)
+    assert res.ok, res.output
+    assert (tmp_path / "f.txt").read_text() == "\n" * blanks + "b\n"

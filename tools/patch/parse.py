@@ -103,12 +103,14 @@ def _add_file(files: list[FilePatch], section: FilePatch) -> None:
 
 
 def _strip_fences(lines: list[str]) -> list[str]:
-    while lines and not lines[-1].strip():
-        lines = lines[:-1]
+    # Indices, then one slice: trimming a list one blank line at a time is quadratic.
+    end = len(lines)
+    while end and not lines[end - 1].strip():
+        end -= 1
     start = 0
-    while start < len(lines) and not lines[start].strip():
+    while start < end and not lines[start].strip():
         start += 1
-    lines = lines[start:]
+    lines = lines[start:end]
     if len(lines) >= 2 and lines[0].startswith("```") and lines[-1].strip() == "```":
         lines = lines[1:-1]
     return lines
@@ -208,13 +210,22 @@ def _parse_hunk(lines: list[str], i: int) -> tuple[Hunk, int]:
             i += 1
             continue
         if line == "":
-            if counts_open or _more_body_follows(lines, i + 1):
+            if counts_open:
                 hunk.lines.append((" ", ""))
                 old_seen += 1
                 new_seen += 1
                 i += 1
                 continue
-            break
+            # Every blank of a run gets the same answer (does body follow the run?): look once, so
+            # a patch of mostly blank lines parses in linear time.
+            end = _blank_run_end(lines, i)
+            if not _body_at(lines, end):
+                break
+            hunk.lines.extend([(" ", "")] * (end - i))
+            old_seen += end - i
+            new_seen += end - i
+            i = end
+            continue
         tag = line[0]
         if tag not in " -+":
             break
@@ -239,9 +250,15 @@ def _line_number(header: str, digits: str | None) -> int | None:
     return int(digits)
 
 
-def _more_body_follows(lines: list[str], j: int) -> bool:
+def _blank_run_end(lines: list[str], j: int) -> int:
+    """The first index at or after ``j`` whose line is not empty."""
     while j < len(lines) and lines[j] == "":
         j += 1
+    return j
+
+
+def _body_at(lines: list[str], j: int) -> bool:
+    """Line ``j`` continues a hunk body (and does not start a new ``---``/``+++`` section)."""
     return (
         j < len(lines)
         and lines[j][:1] in (" ", "-", "+", "\\")
