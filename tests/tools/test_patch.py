@@ -445,3 +445,56 @@ def test_k8_a_patch_of_mostly_blank_lines_parses_in_linear_time(tmp_path: Path) 
     res = patch(tmp_path, body + "\n" * blanks)
     assert res.ok, res.output
     assert (tmp_path / "f.txt").read_text() == "\n" * blanks + "b\n"
+
+
+def test_k8_one_patch_reads_at_most_its_total_of_existing_file_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPEC K-8, B-3: each file may be up to 64 MiB, but one patch reads at most
+    MAX_PATCH_READ_BYTES (64 MiB; 1,000 bytes here) of existing files in total — 256 sections of
+    64 MiB would otherwise hold 16 GiB. Past it the patch fails typed and writes nothing."""
+    from tools.patch import apply
+
+    monkeypatch.setattr(apply, "MAX_PATCH_READ_BYTES", 1_000)
+    for name in ("a", "b", "c"):
+        (tmp_path / f"{name}.txt").write_text("first\n" + "x" * 393 + "\n")  # 400 bytes
+    before = tree(tmp_path)
+
+    def section(name: str) -> str:
+        return f"--- a/{name}.txt\n+++ b/{name}.txt\n@@ -1 +1 @@\n-first\n+FIRST\n"
+
+    res = patch(tmp_path, section("a") + section("b") + section("c"))
+    assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument", res.output
+    assert "c.txt" in res.output and "64 MiB of existing files in total" in res.output, res.output
+    assert tree(tmp_path) == before
+    res = patch(tmp_path, section("a") + section("b"))
+    assert res.ok, res.output
+
+
+@pytest.mark.parametrize(
+    "diff",
+    [
+        "diff --git a/src/app.py b/big.txt\nrename from src/app.py\nrename to big.txt\n",
+        "--- /dev/null\n+++ b/big.txt\n@@ -0,0 +1 @@\n+new\n",
+    ],
+)
+def test_k8_a_rename_or_create_target_is_checked_by_stat_not_read(ws: Path, diff: str) -> None:
+    """SPEC K-8, B-3: whether the target of a rename or create exists is a stat; a 1 GiB (sparse)
+    file there was read — refused as too big to hold, the wrong reason — instead of being
+    reported as existing. Nothing is read and nothing is written."""
+    import tracemalloc
+
+    with open(ws / "big.txt", "wb") as fh:
+        fh.truncate(1 << 30)
+    big = ws / "big.txt"
+    before = (tree(ws / "src"), big.stat().st_size, big.stat().st_mtime_ns)
+    tracemalloc.start()
+    try:
+        res = patch(ws, diff)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument", res.output
+    assert "big.txt: it already exists" in res.output, res.output
+    assert peak < 8 * 1024 * 1024, f"peak {peak >> 20} MiB"
+    assert (tree(ws / "src"), big.stat().st_size, big.stat().st_mtime_ns) == before

@@ -17,6 +17,10 @@ Placement is strict — no fuzzy matching, ever:
   file), and every line compared while placing one patch's hunks — all files together — is
   counted: past ``MAX_COMPARED_LINES`` the patch fails (``invalid_argument``), nothing written.
 
+One patch reads at most ``MAX_PATCH_READ_BYTES`` (64 MiB) of existing files in total — past it the
+patch fails (``invalid_argument``), nothing written; whether a create or rename target already
+exists is a stat, not a read.
+
 Every hunk of every file is checked before anything is written; then ``_fileio.commit`` writes
 all temp files and renames them together (rolling back on a failed rename).
 
@@ -47,6 +51,7 @@ from tools.patch.parse import FilePatch, Hunk
 
 Line = tuple[str, str]  # (content without ending, ending: "\n" | "\r\n" | "")
 MAX_COMPARED_LINES = 20_000_000  # file lines compared while placing one patch's hunks
+MAX_PATCH_READ_BYTES = _fileio.MAX_FILE_BYTES  # existing file content one patch reads, all files
 
 
 @dataclass(slots=True)
@@ -101,6 +106,18 @@ class LineBudget:
             self.left = 0
             raise _OutOfLines
         self.left -= lines
+
+
+class _Reads:
+    """What one patch may still read of existing files (``MAX_PATCH_READ_BYTES`` in total)."""
+
+    def __init__(self) -> None:
+        self.left = MAX_PATCH_READ_BYTES
+
+    def require_existing(self, t: _fileio.Target) -> _fileio.FileState:
+        state = _fileio.require_existing(t, limit=min(self.left, _fileio.MAX_FILE_BYTES))
+        self.left -= state.size
+        return state
 
 
 class _Lines:
@@ -333,12 +350,20 @@ def _resolve_paths(
     if single and default_path and _rel(default_path) not in {_rel(p) for p in (old, new) if p is not None}:
         return (default_path if old is not None else None), (default_path if new is not None else None), False
     if old is not None and new is not None and _rel(old) != _rel(new):
-        if fp.git_rename or _fileio.read_state(_fileio.target(ws, old, protect=protect)).exists:
+        if fp.git_rename or _exists(ws, old, protect):
             return old, new, True
-        if _fileio.read_state(_fileio.target(ws, new, protect=protect)).exists:
+        if _exists(ws, new, protect):
             return new, new, False
         raise NotFound(f"File not found: {old} (nor {new})", path=old)
     return old, new, False
+
+
+def _exists(ws: Any, path: str, protect: bool) -> bool:
+    t = _fileio.target(ws, path, protect=protect)
+    try:
+        return _fileio.exists(t)
+    finally:
+        t.loc.close()
 
 
 def plan(
@@ -351,6 +376,7 @@ def plan(
     """
     planned: list[Planned] = []
     budget = LineBudget()
+    reads = _Reads()
     seen: set[str] = set()
     named: set[str] = set()  # every section's paths so far, normalized
     under: dict[str, str] = {}  # each directory above a path in ``named`` -> the first such path
@@ -371,7 +397,7 @@ def plan(
             seen.add(t.rel)
         label = (dst_t or src_t).rel  # type: ignore[union-attr]
         try:
-            planned.append(_plan_one(fp, src_t, dst_t, rename, budget))
+            planned.append(_plan_one(fp, src_t, dst_t, rename, budget, reads))
         except HunkError as exc:
             raise InvalidArgument(
                 f"patch not applied (nothing was written): {label}: {exc}", path=label
@@ -420,11 +446,12 @@ def _plan_one(
     dst_t: _fileio.Target | None,
     rename: bool,
     budget: LineBudget,
+    reads: _Reads,
 ) -> Planned:
     if src_t is None:  # create
         assert dst_t is not None
-        state = _fileio.read_state(dst_t)
-        if state.exists:
+        state = _fileio.FileState(exists=False)
+        if _fileio.exists(dst_t):  # a stat: the bytes of a file we will not touch are not read
             raise InvalidArgument(
                 f"patch not applied (nothing was written): cannot create {dst_t.rel}: it already exists"
             )
@@ -432,7 +459,7 @@ def _plan_one(
         data = encode_text(after, "utf-8", path=dst_t.rel)
         change = _fileio.Change(dst_t, state, data, mode=fp.new_mode)
         return Planned("created", dst_t.rel, None, [change], "", after, None, data, len(fp.hunks), offsets)
-    src_state = _fileio.require_existing(src_t)
+    src_state = reads.require_existing(src_t)
     decoded = decode_bytes(src_state.data)
     before = decoded.text
     after, offsets = apply_hunks(before, fp.hunks, budget) if fp.hunks else (before, [])
@@ -448,8 +475,8 @@ def _plan_one(
         )
     data = src_state.data if after == before else decoded.encode(after, path=dst_t.rel)
     if rename:
-        dst_state = _fileio.read_state(dst_t)
-        if dst_state.exists:
+        dst_state = _fileio.FileState(exists=False)
+        if _fileio.exists(dst_t):  # a stat, as for a create
             raise InvalidArgument(
                 f"patch not applied (nothing was written): cannot rename to {dst_t.rel}: it already exists"
             )
