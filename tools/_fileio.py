@@ -248,8 +248,24 @@ def _inside_root(ws: LocalWorkspace, target_path: str) -> str | None:
         return None
 
 
-def read_state(t: Target) -> FileState:
-    """The file as it is now (regular files only; directories and devices are refused)."""
+def exists(t: Target) -> bool:
+    """Whether anything (file, directory, symlink, device) is at ``t``: one stat, nothing read."""
+    if t.loc.missing:
+        return False
+    try:
+        os.stat(t.name, dir_fd=t.loc.parent.fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise _os_error(f"cannot stat {t.rel}", exc) from exc
+    return True
+
+
+def read_state(t: Target, *, limit: int = MAX_FILE_BYTES) -> FileState:
+    """The file as it is now (regular files only; directories and devices are refused).
+
+    ``limit`` (at most ``MAX_FILE_BYTES``): what the caller may still read — a multi-file call
+    reading against a total passes what is left of it."""
     if t.loc.missing:
         return FileState(exists=False)
     try:
@@ -266,11 +282,11 @@ def read_state(t: Target) -> FileState:
             raise InvalidArgument(f"{t.rel} is a directory")
         if not stat_mod.S_ISREG(st.st_mode):
             raise InvalidArgument(f"{t.rel} is not a regular file")
-        if st.st_size > MAX_FILE_BYTES:
-            raise _too_big(t, st.st_size)  # before reading a byte
-        data = _read_all(fd, limit=MAX_FILE_BYTES)
+        if st.st_size > limit:
+            raise _too_big(t, st.st_size, limit)  # before reading a byte
+        data = _read_all(fd, limit=limit)
         if data is None:  # it grew while we read
-            raise _too_big(t, MAX_FILE_BYTES + 1)
+            raise _too_big(t, limit + 1, limit)
     except OSError as exc:
         raise _os_error(f"cannot read {t.rel}", exc) from exc
     finally:
@@ -287,8 +303,8 @@ def read_state(t: Target) -> FileState:
     )
 
 
-def require_existing(t: Target) -> FileState:
-    state = read_state(t)
+def require_existing(t: Target, *, limit: int = MAX_FILE_BYTES) -> FileState:
+    state = read_state(t, limit=limit)
     if not state.exists:
         raise NotFound(f"File not found: {t.rel}", path=t.rel)
     return state
@@ -515,7 +531,13 @@ def _read_all(fd: int, *, limit: int | None = None) -> bytes | None:
     return b"".join(parts)
 
 
-def _too_big(t: Target, size: int) -> InvalidArgument:
+def _too_big(t: Target, size: int, limit: int = MAX_FILE_BYTES) -> InvalidArgument:
+    if size <= MAX_FILE_BYTES:  # within the per-file limit: a multi-file call's total ran out
+        return InvalidArgument(
+            f"{t.rel} is {size} bytes, more than the {limit} bytes this call may still read: one call "
+            f"reads at most {MAX_FILE_BYTES >> 20} MiB of existing files in total. Nothing was written; "
+            "split the change into several calls."
+        )
     return InvalidArgument(
         f"{t.rel} is {size} bytes; write, edit and patch hold a file's old and new bytes in memory and "
         f"take files up to {MAX_FILE_BYTES >> 20} MiB. Use bash for bigger files (sed, split, truncate)."

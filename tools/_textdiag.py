@@ -6,6 +6,12 @@ quotes. So a miss is explained by (1) the closest region of the file, (2) the fi
 character on each side *named by its code point*, and (3) an explicit sentence when the
 difference is one of those usual culprits. All work is bounded (``MAX_SCAN_LINES``,
 ``MAX_SCAN_CHARS``, ``MAX_SHOWN_LINES``) so a huge file cannot make a failure slow or long.
+
+``SequenceMatcher`` is quadratic (cubic in the worst case) in its inputs, and the model controls
+both the needle and the file: every comparison one diagnostic makes draws on one budget of
+``MAX_COMPARE_STEPS`` inner-loop steps, charged *before* each step is taken (``_Matcher``). When
+it runs out, the search keeps the best place found so far (the similarity may go uncomputed), a
+sentence says the search stopped, and the error still returns at once.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable
-from difflib import SequenceMatcher
+from difflib import Match, SequenceMatcher
 
 from tools._filetext import split_keepends
 
@@ -23,6 +29,7 @@ MAX_SHOWN_LINES = 6
 MAX_SHOWN_LINE_CHARS = 200
 REFINE_RADIUS = 3
 MIN_SHOWN_SIMILARITY = 0.5  # below this a 'closest match' is noise, not help
+MAX_COMPARE_STEPS = 2_000_000  # SequenceMatcher inner-loop steps per diagnostic (~0.2 s)
 
 _CONTROL_NAMES = {
     "\t": "CHARACTER TABULATION (tab)",
@@ -105,6 +112,44 @@ _PROBES: list[tuple[str, Callable[[str], str]]] = [
 ]
 
 
+class _OutOfSteps(Exception):
+    pass
+
+
+class _Budget:
+    def __init__(self, steps: int) -> None:
+        self.left = steps
+        self.exhausted = False
+
+    def charge(self, steps: int) -> None:
+        if steps > self.left:
+            self.exhausted = True
+            raise _OutOfSteps
+        self.left -= steps
+
+
+class _Matcher(SequenceMatcher):
+    """A ``SequenceMatcher`` (no junk heuristic) whose super-linear work is paid from a ``_Budget``.
+
+    ``find_longest_match`` visits, for each ``a[i]`` in range, every position of that element in
+    ``b``: that count is known up front from ``b2j``, so it is charged before the call runs. The
+    linear parts (building ``b2j``, ``quick_ratio``) are bounded by ``MAX_SCAN_CHARS`` already.
+    """
+
+    def __init__(self, budget: _Budget, a: str = "", b: str = "") -> None:
+        self._budget = budget
+        super().__init__(None, a, b, autojunk=False)
+
+    def find_longest_match(
+        self, alo: int = 0, ahi: int | None = None, blo: int = 0, bhi: int | None = None
+    ) -> Match:
+        ahi = len(self.a) if ahi is None else ahi
+        b2j = self.b2j
+        self._budget.charge(ahi - alo)
+        self._budget.charge(sum(len(b2j.get(ch, ())) for ch in self.a[alo:ahi]))
+        return super().find_longest_match(alo, ahi, blo, bhi)
+
+
 def explain_miss(
     needle: str, haystack: str, *, whole_lines: bool = False, needle_label: str = "old_string"
 ) -> str:
@@ -127,21 +172,24 @@ def explain_miss(
             lines.append(f"It would match if {label} were ignored.")
             probe_line = h.count("\n", 0, idx + len(lead)) - len(lead)
             break
+    budget = _Budget(MAX_COMPARE_STEPS)
     hay_lines = split_keepends(haystack)
     needle_lines = split_keepends(needle) or [needle]
-    start = probe_line if probe_line is not None else _closest_start(hay_lines, needle_lines)
-    if start is None:
-        return " ".join(lines)
+    start, ratio = (
+        (probe_line, None) if probe_line is not None else _closest_start(hay_lines, needle_lines, budget)
+    )
     end = min(len(hay_lines), start + len(needle_lines))
     window = "".join(hay_lines[start:end])
-    offset = 0 if whole_lines else _align(needle_lines[0], hay_lines[start])
-    ratio = SequenceMatcher(None, needle, window[offset:], autojunk=False).ratio()
-    if ratio < MIN_SHOWN_SIMILARITY and probe_line is None:
+    offset = 0 if whole_lines else _align(needle_lines[0], hay_lines[start], budget)
+    if offset or ratio is None:
+        ratio = _ratio(budget, needle, window[offset:])
+    if ratio is not None and ratio < MIN_SHOWN_SIMILARITY and probe_line is None:
         lines.append(
             f"No similar text in the file (best similarity {ratio:.2f}, lines {start + 1}-{end}); re-read it."
         )
         return "\n".join(lines)
-    lines.append(f"Closest match: lines {start + 1}-{end} (similarity {ratio:.2f}):")
+    similarity = f"similarity {ratio:.2f}" if ratio is not None else "similarity not computed"
+    lines.append(f"Closest match: lines {start + 1}-{end} ({similarity}):")
     for k in range(start, min(end, start + MAX_SHOWN_LINES)):
         shown = hay_lines[k].rstrip("\r\n")
         if len(shown) > MAX_SHOWN_LINE_CHARS:
@@ -162,41 +210,64 @@ def explain_miss(
     hint = culprit_hint(w, f, needle_label)
     if hint:
         lines.append(hint)
+    if budget.exhausted:
+        lines.append(
+            f"(The closest-match search stopped after {MAX_COMPARE_STEPS:,} comparison steps, its budget; "
+            "the place shown is the best found by then.)"
+        )
     return "\n".join(lines)
+
+
+def _ratio(budget: _Budget, a: str, b: str) -> float | None:
+    """``SequenceMatcher.ratio`` paid from ``budget``; None once the budget is spent."""
+    try:
+        return _Matcher(budget, a, b).ratio()
+    except _OutOfSteps:
+        return None
 
 
 def _norm(line: str) -> str:
     return " ".join(line.replace("\u00a0", " ").split())
 
 
-def _closest_start(hay_lines: list[str], needle_lines: list[str]) -> int | None:
-    """Start line of the window most like the needle: anchor on its longest line, then refine."""
-    if not hay_lines:
-        return None
+def _closest_start(
+    hay_lines: list[str], needle_lines: list[str], budget: _Budget
+) -> tuple[int, float | None]:
+    """Start line of the window most like the needle, and its ratio when it was computed: anchor
+    on the needle's longest line, then refine around it. The budget running out stops the search
+    where it is, keeping the best place found so far."""
     n = len(needle_lines)
     anchor_idx = max(range(n), key=lambda i: len(needle_lines[i].strip()))
-    sm = SequenceMatcher(None, autojunk=False)
+    sm = _Matcher(budget)
     sm.set_seq2(_norm(needle_lines[anchor_idx]))
     best_ratio, best_i = -1.0, 0
-    for i, line in enumerate(hay_lines[:MAX_SCAN_LINES]):
-        sm.set_seq1(_norm(line))
-        if sm.real_quick_ratio() <= best_ratio or sm.quick_ratio() <= best_ratio:
-            continue
-        r = sm.ratio()
-        if r > best_ratio:
-            best_ratio, best_i = r, i
+    try:
+        for i, line in enumerate(hay_lines[:MAX_SCAN_LINES]):
+            sm.set_seq1(_norm(line))
+            if sm.real_quick_ratio() <= best_ratio or sm.quick_ratio() <= best_ratio:
+                continue
+            r = sm.ratio()
+            if r > best_ratio:
+                best_ratio, best_i = r, i
+    except _OutOfSteps:
+        pass
     last_start = max(0, len(hay_lines) - n)
     guess = min(max(0, best_i - anchor_idx), last_start)
     needle = "".join(needle_lines)
-    best = (-1.0, guess)
-    for s in range(max(0, guess - REFINE_RADIUS), min(last_start, guess + REFINE_RADIUS) + 1):
-        r = SequenceMatcher(None, needle, "".join(hay_lines[s : s + n]), autojunk=False).ratio()
-        if r > best[0]:
+    # The guess first (the likeliest, so a spent budget still has its ratio), then its neighbours;
+    # ties go to the earliest start.
+    best: tuple[float, int] | None = None
+    near = range(max(0, guess - REFINE_RADIUS), min(last_start, guess + REFINE_RADIUS) + 1)
+    for s in sorted(near, key=lambda s: s != guess):
+        r = _ratio(budget, needle, "".join(hay_lines[s : s + n]))
+        if r is None:
+            break
+        if best is None or (r, -s) > (best[0], -best[1]):
             best = (r, s)
-    return best[1]
+    return (best[1], best[0]) if best is not None else (guess, None)
 
 
-def _align(needle_first: str, hay_line: str) -> int:
+def _align(needle_first: str, hay_line: str, budget: _Budget) -> int:
     """Where in the file's line the needle's first line begins (old_string may start mid-line)."""
     head = needle_first.rstrip("\r\n")
     if not head:
@@ -204,7 +275,8 @@ def _align(needle_first: str, hay_line: str) -> int:
     idx = hay_line.find(head)
     if idx >= 0:
         return idx
-    m = SequenceMatcher(None, head, hay_line, autojunk=False).find_longest_match(
-        0, len(head), 0, len(hay_line)
-    )
+    try:
+        m = _Matcher(budget, head, hay_line).find_longest_match(0, len(head), 0, len(hay_line))
+    except _OutOfSteps:
+        return 0
     return max(0, m.b - m.a) if m.size else 0

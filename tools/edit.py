@@ -15,6 +15,9 @@ Invariants:
   then its CRLF form, then its LF form. So a CRLF file stays CRLF.
 - Encoding: UTF-8 with or without BOM, or latin-1 for other bytes (``tools/_filetext.py``); the
   BOM and every untouched byte are written back unchanged.
+- The new size is computed from the count before the new text is built: a ``replace_all`` that
+  would grow the file past ``_fileio.MAX_FILE_BYTES`` fails (``invalid_argument``) without
+  allocating it, and nothing is written.
 - ``dry_run`` computes everything a real edit does and returns the same metadata (``dry_run``
   aside) but writes nothing; it is declared read-only (``parallel_safe_read(16)``, diff output).
 - A real edit is compare-and-swap: if the file changed between our read and the rename,
@@ -82,6 +85,12 @@ def _candidates(text: str, old: str, new: str) -> list[tuple[str, str]]:
         forms = [(old, new), (to_crlf(old), to_crlf(new)), (to_lf(old), to_lf(new))]
         return list(dict.fromkeys(forms))
     return [(old, new)]
+
+
+def _encoded_len(s: str, encoding: str) -> int:
+    """Bytes ``s`` takes in the file: latin-1 is one byte per character (an unencodable one fails
+    later, when the text is encoded); UTF-8 is stateless, so a replacement's size is exact."""
+    return len(s) if encoding == "latin-1" else len(s.encode("utf-8", "surrogatepass"))
 
 
 def _match_lines(text: str, needle: str) -> list[int]:
@@ -152,6 +161,15 @@ def _run_sync(ctx: ToolContext, params: Params) -> ToolResult:
             **counts,
         )
 
+    # The size follows from the count: refuse before the new text exists, not after.
+    delta = _encoded_len(new, decoded.encoding) - _encoded_len(old, decoded.encoding)
+    after_bytes = len(state.data) + count * delta
+    if after_bytes > _fileio.MAX_FILE_BYTES:
+        raise InvalidArgument(
+            f"replacing {count} occurrence(s) would make {t.rel} {after_bytes} bytes; write, edit and "
+            f"patch take files up to {_fileio.MAX_FILE_BYTES >> 20} MiB. Nothing was written.",
+            **counts,
+        )
     after = text.replace(old, new)
     after_data = decoded.encode(after, path=t.rel)
     meta = change_metadata(t.rel, text, after, state.data, after_data)

@@ -5,6 +5,12 @@ entries are added before it. ``.a3s/`` is never listed (the workspace hides it).
 directory in a worker thread keeping only the entries it may return (``list_page`` of a local
 directory or a ``git:`` view): memory follows the page, not the directory, and the call's deadline
 and cancel stop the scan.
+
+Names are shown in the text output so that a name cannot forge lines or terminal output: one with
+a control character (``\\n``, ESC…), a line or paragraph separator, a bidirectional-text control,
+an undecodable byte (a lone surrogate from the file system), a backslash or a double quote is
+shown in double quotes with C-style escapes, as git quotes paths; other names are shown as they
+are. ``metadata.entries`` keeps every name exact.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import binascii
 import json
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +90,30 @@ def decode_cursor(cursor: str) -> str:
         ) from exc
 
 
+_BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+_SHORT_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_char(ch: str) -> str | None:
+    """The escape ``ch`` is shown as in a quoted name, or None when it is shown as itself."""
+    if ch in _SHORT_ESCAPES:
+        return _SHORT_ESCAPES[ch]
+    code = ord(ch)
+    if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte, as os.fsdecode carries it
+        return f"\\x{code - 0xDC00:02x}"
+    if ch in _BIDI_CONTROLS or unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp"):
+        return f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}"
+    return None
+
+
+def shown_name(name: str) -> str:
+    """``name`` for the text output: as is, or quoted with escapes (module docstring)."""
+    escapes = [_escape_char(ch) for ch in name]
+    if not any(escapes):
+        return name
+    return '"' + "".join(e or ch for e, ch in zip(escapes, name, strict=True)) + '"'
+
+
 def _fmt_size(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -130,15 +161,16 @@ async def run(ctx: ToolContext, params: LsArgs) -> ToolResult:
     page, more = await _page(ctx, params, after)
     shown = params.path.strip("/") or "."
     lines = [
-        f"{shown}/ ({len(page)} entr{'y' if len(page) == 1 else 'ies'}{', more available' if more else ''})"
+        f"{shown_name(shown)}/ ({len(page)} entr{'y' if len(page) == 1 else 'ies'}{', more available' if more else ''})"
     ]
     for e in page:
+        name = shown_name(e.name)
         if e.kind == "dir":
-            lines.append(f"  {e.name}/")
+            lines.append(f"  {name}/")
         elif e.kind == "symlink":
-            lines.append(f"  {e.name}@")
+            lines.append(f"  {name}@")
         else:
-            lines.append(f"  {e.name}  ({_fmt_size(e.size)})")
+            lines.append(f"  {name}  ({_fmt_size(e.size)})")
     next_cursor = encode_cursor(page[-1].name) if more and page else None
     if next_cursor:
         lines.append(f"More entries available; continue with cursor={next_cursor}")

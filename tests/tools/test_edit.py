@@ -260,3 +260,47 @@ def test_b3_b5_edit_write_patch_through_a_session(agent: Any, tmp_path: Path) ->
     assert patched.exit_code == 0 and (tmp_path / "big.txt").read_text().startswith("zero\n")
     outside = s.edit_file("../x.txt", "a", "b")
     assert outside.error_kind is not None and outside.error_kind["type"] == "path_outside_workspace"
+
+
+def test_k8_replace_all_past_the_size_limit_fails_before_building_the_new_text(tmp_path: Path) -> None:
+    """SPEC K-8, B-3: 1 MiB of 'a' with every 'a' -> 65 chars would be 65 MiB; the size is computed
+    from the count first, so the call fails typed, the 65 MiB string is never built (peak memory
+    stays small) and the file is untouched."""
+    import tracemalloc
+
+    p = tmp_path / "big.txt"
+    p.write_bytes(b"a" * (1 << 20))
+    before = snap(p)
+    tracemalloc.start()
+    try:
+        res = edit(tmp_path, file_path="big.txt", old_string="a", new_string="a" * 65, replace_all=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument", res.output
+    assert f"{_fileio.MAX_FILE_BYTES >> 20} MiB" in res.output and "Nothing was written" in res.output
+    assert peak < 16 * 1024 * 1024, f"peak {peak >> 20} MiB"
+    assert snap(p) == before
+
+
+def test_k8_a_miss_against_a_hostile_file_returns_promptly_within_the_diagnostic_budget(
+    tmp_path: Path,
+) -> None:
+    """SPEC K-8: the closest-match hint compares with SequenceMatcher, quadratic in what the model
+    controls. A 200,000-character line of 'a' against an old_string of 20,000 'a' and one 'b' took
+    ~4e9 steps before; the diagnostic now stops at ``MAX_COMPARE_STEPS`` and the miss still comes
+    back typed and at once (a generous bound: the unbounded search ran for minutes)."""
+    import time
+
+    p = tmp_path / "a.txt"
+    p.write_text("a" * 200_000 + "\n")
+    before = snap(p)
+    t0 = time.monotonic()
+    res = edit(tmp_path, file_path="a.txt", old_string="a" * 20_000 + "b", new_string="c")
+    elapsed = time.monotonic() - t0
+    assert res.error_kind is not None and res.error_kind["type"] == "not_found", res.output
+    assert "stopped after" in res.output and "First difference at line 1, column 20001" in res.output, (
+        res.output
+    )
+    assert elapsed < 20, elapsed
+    assert snap(p) == before

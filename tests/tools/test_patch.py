@@ -339,3 +339,162 @@ def test_patch_paths_lists_every_touched_path() -> None:
     caps = TOOL.capabilities(params)
     assert not caps.read_only and caps.max_parallelism == 1
     assert TOOL.requires == frozenset({"read", "write"}) and TOOL.path_fields == ("file_path",)
+
+
+def test_k8_hunk_search_tries_only_the_positions_of_its_rarest_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPEC K-8: a hunk without line numbers used to be tried at every offset with a full compare:
+    100,000 'x' lines against 1,999 'x' lines and one 'y' compared ~2e8 lines. Candidates now come
+    from the positions of the hunk's rarest line ('y', once), so it places within a budget of
+    100,000 compared lines."""
+    from tools.patch import apply
+
+    monkeypatch.setattr(apply, "MAX_COMPARED_LINES", 100_000)
+    (tmp_path / "f.txt").write_text("x\n" * 100_000 + "y\n" + "x\n" * 10)
+    diff = "--- a/f.txt\n+++ b/f.txt\n@@\n" + " x\n" * 1_999 + "-y\n+z\n"
+    res = patch(tmp_path, diff)
+    assert res.ok, res.output
+    assert (tmp_path / "f.txt").read_text() == "x\n" * 100_000 + "z\n" + "x\n" * 10
+
+
+def test_k8_placing_a_patch_past_its_compared_lines_budget_fails_typed_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPEC K-8: every line compared while placing one patch's hunks is counted; a hunk whose
+    every line is common (50 blocks of 300 'a' and a 'b', so 49 candidates of ~300 lines each)
+    runs past the budget (20,000,000 in production, 10,000 here) and the patch fails with
+    invalid_argument, nothing written."""
+    from tools.patch import apply
+
+    monkeypatch.setattr(apply, "MAX_COMPARED_LINES", 10_000)
+    (tmp_path / "f.txt").write_text(("a\n" * 300 + "b\n") * 50)
+    before = tree(tmp_path)
+    diff = "--- a/f.txt\n+++ b/f.txt\n@@\n b\n" + " a\n" * 300 + "-b\n+c\n"
+    res = patch(tmp_path, diff)
+    assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument", res.output
+    assert "10,000 line comparisons" in res.output and "nothing was written" in res.output, res.output
+    assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("number", ["999999999999999999999", "9" * 5000, "2147483649"])
+def test_k8_a_hunk_header_with_a_huge_line_number_is_invalid_argument(ws: Path, number: str) -> None:
+    """SPEC K-4, K-8: a header number past MAX_HUNK_LINE_NUMBER (2**31) is refused while parsing —
+    a 5,000-digit one made int() raise ValueError out of the tool (and out of the permission
+    subject), a huge count kept the hunk open — and nothing is written."""
+    before = tree(ws)
+    for header in (f"@@ -{number} +1 @@", f"@@ -1,{number} +1 @@", f"@@ -1 +1,{number} @@"):
+        diff = f"--- a/src/util.py\n+++ b/src/util.py\n{header}\n-line 1\n+line one\n"
+        res = patch(ws, diff)
+        assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument", res.output
+        assert "at most 2147483648" in res.output, res.output
+        assert patch_paths(TOOL.validate({"diff": diff})) == []
+    assert tree(ws) == before
+
+
+def _creates(count: int) -> tuple[str, str]:
+    unified = "".join(f"--- /dev/null\n+++ b/new/f{i}.txt\n@@ -0,0 +1 @@\n+{i}\n" for i in range(count))
+    envelope = (
+        "*** Begin Patch\n"
+        + "".join(f"*** Add File: new/f{i}.txt\n+{i}\n" for i in range(count))
+        + "*** End Patch\n"
+    )
+    return unified, envelope
+
+
+def test_k8_a_patch_of_more_than_256_files_fails_at_parse_time(ws: Path) -> None:
+    """SPEC K-3, K-8: MAX_PATCH_FILES (256) is checked while parsing, so the permission subject —
+    every path, each one a question for the gate — is never built for a bigger patch, and the call
+    fails with invalid_argument, nothing written. 256 files still apply."""
+    from tools.patch.parse import MAX_PATCH_FILES
+
+    assert MAX_PATCH_FILES == 256
+    before = tree(ws)
+    for diff in _creates(257):
+        assert patch_paths(TOOL.validate({"diff": diff})) == []
+        res = patch(ws, diff)
+        assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument", res.output
+        assert "more than 256 file sections" in res.output, res.output
+        assert tree(ws) == before
+    unified, _ = _creates(256)
+    assert len(patch_paths(TOOL.validate({"diff": unified}))) == 256
+    res = patch(ws, unified)
+    assert res.ok, res.output
+    assert (ws / "new" / "f255.txt").read_text() == "255\n"
+
+
+def test_k8_a_patch_of_mostly_blank_lines_parses_in_linear_time(tmp_path: Path) -> None:
+    """SPEC K-8: each blank line of a hunk body looked ahead over every following blank line, and
+    the trailing blank lines of a diff were trimmed one list copy at a time — both quadratic, so
+    200,000 blank lines took ~2e10 steps. A blank run is now looked at once and the trim slices
+    once; the bound below is generous (linear parsing takes well under a second)."""
+    import time
+
+    from tools.patch.parse import parse_patch
+
+    blanks = 200_000
+    body = "--- a/f.txt\n+++ b/f.txt\n@@\n" + "\n" * blanks + "-a\n+b\n"
+    for diff in (body, body + "\n" * blanks, "--- a/f.txt\n+++ b/f.txt\n@@ -1,1 +1,1 @@\n" + "\n" * blanks):
+        t0 = time.monotonic()
+        try:
+            parse_patch(diff)
+        except ToolError:
+            pass  # the last one is a blank context line and nothing else: any typed answer will do
+        assert time.monotonic() - t0 < 10
+    (tmp_path / "f.txt").write_text("\n" * blanks + "a\n")
+    res = patch(tmp_path, body + "\n" * blanks)
+    assert res.ok, res.output
+    assert (tmp_path / "f.txt").read_text() == "\n" * blanks + "b\n"
+
+
+def test_k8_one_patch_reads_at_most_its_total_of_existing_file_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPEC K-8, B-3: each file may be up to 64 MiB, but one patch reads at most
+    MAX_PATCH_READ_BYTES (64 MiB; 1,000 bytes here) of existing files in total — 256 sections of
+    64 MiB would otherwise hold 16 GiB. Past it the patch fails typed and writes nothing."""
+    from tools.patch import apply
+
+    monkeypatch.setattr(apply, "MAX_PATCH_READ_BYTES", 1_000)
+    for name in ("a", "b", "c"):
+        (tmp_path / f"{name}.txt").write_text("first\n" + "x" * 393 + "\n")  # 400 bytes
+    before = tree(tmp_path)
+
+    def section(name: str) -> str:
+        return f"--- a/{name}.txt\n+++ b/{name}.txt\n@@ -1 +1 @@\n-first\n+FIRST\n"
+
+    res = patch(tmp_path, section("a") + section("b") + section("c"))
+    assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument", res.output
+    assert "c.txt" in res.output and "64 MiB of existing files in total" in res.output, res.output
+    assert tree(tmp_path) == before
+    res = patch(tmp_path, section("a") + section("b"))
+    assert res.ok, res.output
+
+
+@pytest.mark.parametrize(
+    "diff",
+    [
+        "diff --git a/src/app.py b/big.txt\nrename from src/app.py\nrename to big.txt\n",
+        "--- /dev/null\n+++ b/big.txt\n@@ -0,0 +1 @@\n+new\n",
+    ],
+)
+def test_k8_a_rename_or_create_target_is_checked_by_stat_not_read(ws: Path, diff: str) -> None:
+    """SPEC K-8, B-3: whether the target of a rename or create exists is a stat; a 1 GiB (sparse)
+    file there was read — refused as too big to hold, the wrong reason — instead of being
+    reported as existing. Nothing is read and nothing is written."""
+    import tracemalloc
+
+    with open(ws / "big.txt", "wb") as fh:
+        fh.truncate(1 << 30)
+    big = ws / "big.txt"
+    before = (tree(ws / "src"), big.stat().st_size, big.stat().st_mtime_ns)
+    tracemalloc.start()
+    try:
+        res = patch(ws, diff)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument", res.output
+    assert "big.txt: it already exists" in res.output, res.output
+    assert peak < 8 * 1024 * 1024, f"peak {peak >> 20} MiB"
+    assert (tree(ws / "src"), big.stat().st_size, big.stat().st_mtime_ns) == before

@@ -12,7 +12,14 @@ Placement is strict — no fuzzy matching, ever:
   once surrounding whitespace is stripped — the anchor only locates, it is never changed) and
   then takes the first exact match starting at it; ``*** End of File`` pins the hunk to the end;
   a hunk with no old lines and no numbers appends at the end;
-- hunks of one file must be in order and may not overlap.
+- hunks of one file must be in order and may not overlap;
+- a search for a hunk tries only the positions of its rarest old line (an index built once per
+  file), and every line compared while placing one patch's hunks — all files together — is
+  counted: past ``MAX_COMPARED_LINES`` the patch fails (``invalid_argument``), nothing written.
+
+One patch reads at most ``MAX_PATCH_READ_BYTES`` (64 MiB) of existing files in total — past it the
+patch fails (``invalid_argument``), nothing written; whether a create or rename target already
+exists is a stat, not a read.
 
 Every hunk of every file is checked before anything is written; then ``_fileio.commit`` writes
 all temp files and renames them together (rolling back on a failed rename).
@@ -30,6 +37,8 @@ path, the headers are only labels and ``file_path`` is the file.
 
 from __future__ import annotations
 
+import itertools
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +50,8 @@ from tools._textdiag import describe_difference, explain_miss
 from tools.patch.parse import FilePatch, Hunk
 
 Line = tuple[str, str]  # (content without ending, ending: "\n" | "\r\n" | "")
+MAX_COMPARED_LINES = 20_000_000  # file lines compared while placing one patch's hunks
+MAX_PATCH_READ_BYTES = _fileio.MAX_FILE_BYTES  # existing file content one patch reads, all files
 
 
 @dataclass(slots=True)
@@ -80,21 +91,97 @@ def _dominant_eol(lines: list[Line]) -> str:
     return "\r\n" if crlf > lf else "\n"
 
 
-def _matches(orig: list[Line], pos: int, old: list[str]) -> bool:
-    if pos < 0 or pos + len(old) > len(orig):
-        return False
-    return all(orig[pos + k][0] == old[k] for k in range(len(old)))
+class _OutOfLines(Exception):
+    pass
 
 
-def _find_all(orig: list[Line], old: list[str], start: int, limit: int = 50) -> list[int]:
-    found: list[int] = []
-    first = old[0]
-    for pos in range(max(0, start), len(orig) - len(old) + 1):
-        if orig[pos][0] == first and _matches(orig, pos, old):
-            found.append(pos)
-            if len(found) >= limit:
-                break
-    return found
+class LineBudget:
+    """Lines compared while placing one patch's hunks, across all its files (``MAX_COMPARED_LINES``)."""
+
+    def __init__(self) -> None:
+        self.left = MAX_COMPARED_LINES
+
+    def charge(self, lines: int) -> None:
+        if lines > self.left:
+            self.left = 0
+            raise _OutOfLines
+        self.left -= lines
+
+
+class _Reads:
+    """What one patch may still read of existing files (``MAX_PATCH_READ_BYTES`` in total)."""
+
+    def __init__(self) -> None:
+        self.left = MAX_PATCH_READ_BYTES
+
+    def require_existing(self, t: _fileio.Target) -> _fileio.FileState:
+        state = _fileio.require_existing(t, limit=min(self.left, _fileio.MAX_FILE_BYTES))
+        self.left -= state.size
+        return state
+
+
+class _Lines:
+    """One file's lines, the budget they are compared under, and — built on first search — an index
+    from each line the file's hunks expect to the positions it occurs at."""
+
+    def __init__(self, orig: list[Line], hunks: list[Hunk], budget: LineBudget) -> None:
+        self.orig = orig
+        self.budget = budget
+        self._hunks = hunks
+        self._index: dict[str, list[int]] | None = None
+
+    def index(self) -> dict[str, list[int]]:
+        if self._index is None:
+            wanted = {text for h in self._hunks for tag, text in h.lines if tag != "+"}
+            index: dict[str, list[int]] = {}
+            for pos, (content, _) in enumerate(self.orig):
+                if content in wanted:
+                    index.setdefault(content, []).append(pos)
+            self._index = index
+        return self._index
+
+    def matches(self, pos: int, old: list[str]) -> bool:
+        """``old`` is the file's text at line ``pos``; every line compared is charged."""
+        orig = self.orig
+        if pos < 0 or pos + len(old) > len(orig):
+            return False
+        affordable = min(len(old), self.budget.left)
+        for k in range(affordable):
+            if orig[pos + k][0] != old[k]:
+                self.budget.charge(k + 1)
+                return False
+        self.budget.charge(len(old))  # raises when only part of it was affordable
+        return True
+
+    def find_all(self, old: list[str], start: int, limit: int = 50) -> list[int]:
+        """Where ``old`` matches at or after ``start`` (ascending, at most ``limit``).
+
+        Candidates come from the positions of the hunk's rarest line, not from every offset, so a
+        file of one repeated line cannot make each hunk cost (file lines x hunk lines)."""
+        start = max(0, start)
+        index = self.index()
+        rarest: tuple[int, int, list[int], int] | None = None  # (count, lo, positions, k)
+        seen: set[str] = set()
+        for k, line in enumerate(old):
+            if line in seen:
+                continue
+            seen.add(line)
+            positions = index.get(line, [])
+            lo = bisect_left(positions, start + k)
+            count = len(positions) - lo
+            if rarest is None or count < rarest[0]:
+                rarest = (count, lo, positions, k)
+                if not count:
+                    return []
+        assert rarest is not None
+        _, lo, positions, k = rarest
+        found: list[int] = []
+        for p in itertools.islice(positions, lo, None):
+            if self.matches(p - k, old):
+                found.append(p - k)
+                if len(found) >= limit:
+                    break
+        return found
 
 
 def _mismatch(orig: list[Line], pos: int, old: list[str]) -> str:
@@ -112,7 +199,8 @@ def _mismatch(orig: list[Line], pos: int, old: list[str]) -> str:
     return "context matches"  # pragma: no cover - only called after a failed match
 
 
-def _place(orig: list[Line], h: Hunk, number: int, cursor: int) -> int:
+def _place(lines: _Lines, h: Hunk, number: int, cursor: int) -> int:
+    orig = lines.orig
     old = h.old_lines
     n = len(orig)
     if h.old_start is not None:
@@ -125,9 +213,9 @@ def _place(orig: list[Line], h: Hunk, number: int, cursor: int) -> int:
                     f"insertion point line {stated} is outside the file ({n} lines) or before the previous hunk",
                 )
             return stated
-        if stated >= cursor and _matches(orig, stated, old):
+        if stated >= cursor and lines.matches(stated, old):
             return stated
-        found = _find_all(orig, old, cursor)
+        found = lines.find_all(old, cursor)
         if len(found) == 1:
             return found[0]
         reason = _mismatch(orig, stated, old) if 0 <= stated else "invalid start line"
@@ -140,7 +228,7 @@ def _place(orig: list[Line], h: Hunk, number: int, cursor: int) -> int:
         raise HunkError(number, h, f"{reason}; {where}")
     if h.at_eof:
         pos = n - len(old)
-        if pos < cursor or not _matches(orig, pos, old):
+        if pos < cursor or not lines.matches(pos, old):
             raise HunkError(
                 number,
                 h,
@@ -158,13 +246,13 @@ def _place(orig: list[Line], h: Hunk, number: int, cursor: int) -> int:
             raise HunkError(number, h, f"anchor line {h.anchor!r} not found after the previous hunk")
         if not old:
             return idx + 1
-        found = _find_all(orig, old, idx, limit=1)
+        found = lines.find_all(old, idx, limit=1)
         if found:
             return found[0]
         start = idx
     elif not old:
         return n
-    found = _find_all(orig, old, start)
+    found = lines.find_all(old, start)
     if len(found) == 1 and h.anchor is None:
         return found[0]
     if len(found) > 1:
@@ -184,16 +272,27 @@ def _place(orig: list[Line], h: Hunk, number: int, cursor: int) -> int:
     )
 
 
-def apply_hunks(text: str, hunks: list[Hunk]) -> tuple[str, list[dict[str, Any]]]:
+def apply_hunks(
+    text: str, hunks: list[Hunk], budget: LineBudget | None = None
+) -> tuple[str, list[dict[str, Any]]]:
     """The patched text and the offsets used (``HunkError`` names the first hunk that fails)."""
     orig = split_lines(text)
+    lines = _Lines(orig, hunks, budget or LineBudget())
     eol = _dominant_eol(orig)
     out: list[Line] = []
     offsets: list[dict[str, Any]] = []
     cursor = 0
     end_hunk: Hunk | None = None
     for number, h in enumerate(hunks, start=1):
-        pos = _place(orig, h, number, cursor)
+        try:
+            pos = _place(lines, h, number, cursor)
+        except _OutOfLines:
+            raise HunkError(
+                number,
+                h,
+                f"placing this patch's hunks took more than {MAX_COMPARED_LINES:,} line comparisons; "
+                "give hunks their line numbers or more distinctive context, or split the patch",
+            ) from None
         if h.old_start is not None and h.old_lines and pos != h.old_start - 1:
             offsets.append(
                 {
@@ -251,12 +350,20 @@ def _resolve_paths(
     if single and default_path and _rel(default_path) not in {_rel(p) for p in (old, new) if p is not None}:
         return (default_path if old is not None else None), (default_path if new is not None else None), False
     if old is not None and new is not None and _rel(old) != _rel(new):
-        if fp.git_rename or _fileio.read_state(_fileio.target(ws, old, protect=protect)).exists:
+        if fp.git_rename or _exists(ws, old, protect):
             return old, new, True
-        if _fileio.read_state(_fileio.target(ws, new, protect=protect)).exists:
+        if _exists(ws, new, protect):
             return new, new, False
         raise NotFound(f"File not found: {old} (nor {new})", path=old)
     return old, new, False
+
+
+def _exists(ws: Any, path: str, protect: bool) -> bool:
+    t = _fileio.target(ws, path, protect=protect)
+    try:
+        return _fileio.exists(t)
+    finally:
+        t.loc.close()
 
 
 def plan(
@@ -268,6 +375,8 @@ def plan(
     deletions — is refused inside git metadata before anything is read or written.
     """
     planned: list[Planned] = []
+    budget = LineBudget()
+    reads = _Reads()
     seen: set[str] = set()
     named: set[str] = set()  # every section's paths so far, normalized
     under: dict[str, str] = {}  # each directory above a path in ``named`` -> the first such path
@@ -288,7 +397,7 @@ def plan(
             seen.add(t.rel)
         label = (dst_t or src_t).rel  # type: ignore[union-attr]
         try:
-            planned.append(_plan_one(fp, src_t, dst_t, rename))
+            planned.append(_plan_one(fp, src_t, dst_t, rename, budget, reads))
         except HunkError as exc:
             raise InvalidArgument(
                 f"patch not applied (nothing was written): {label}: {exc}", path=label
@@ -332,23 +441,28 @@ def _refuse_git_metadata(ws: Any, paths: tuple[str | None, ...]) -> None:
 
 
 def _plan_one(
-    fp: FilePatch, src_t: _fileio.Target | None, dst_t: _fileio.Target | None, rename: bool
+    fp: FilePatch,
+    src_t: _fileio.Target | None,
+    dst_t: _fileio.Target | None,
+    rename: bool,
+    budget: LineBudget,
+    reads: _Reads,
 ) -> Planned:
     if src_t is None:  # create
         assert dst_t is not None
-        state = _fileio.read_state(dst_t)
-        if state.exists:
+        state = _fileio.FileState(exists=False)
+        if _fileio.exists(dst_t):  # a stat: the bytes of a file we will not touch are not read
             raise InvalidArgument(
                 f"patch not applied (nothing was written): cannot create {dst_t.rel}: it already exists"
             )
-        after, offsets = apply_hunks("", fp.hunks)
+        after, offsets = apply_hunks("", fp.hunks, budget)
         data = encode_text(after, "utf-8", path=dst_t.rel)
         change = _fileio.Change(dst_t, state, data, mode=fp.new_mode)
         return Planned("created", dst_t.rel, None, [change], "", after, None, data, len(fp.hunks), offsets)
-    src_state = _fileio.require_existing(src_t)
+    src_state = reads.require_existing(src_t)
     decoded = decode_bytes(src_state.data)
     before = decoded.text
-    after, offsets = apply_hunks(before, fp.hunks) if fp.hunks else (before, [])
+    after, offsets = apply_hunks(before, fp.hunks, budget) if fp.hunks else (before, [])
     if dst_t is None:  # delete
         if fp.check_delete and fp.hunks and after:
             raise InvalidArgument(
@@ -361,8 +475,8 @@ def _plan_one(
         )
     data = src_state.data if after == before else decoded.encode(after, path=dst_t.rel)
     if rename:
-        dst_state = _fileio.read_state(dst_t)
-        if dst_state.exists:
+        dst_state = _fileio.FileState(exists=False)
+        if _fileio.exists(dst_t):  # a stat, as for a create
             raise InvalidArgument(
                 f"patch not applied (nothing was written): cannot rename to {dst_t.rel}: it already exists"
             )

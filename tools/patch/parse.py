@@ -8,11 +8,15 @@ Two input formats:
    stripped after ``diff --git``, and otherwise when both sides carry them (or the other side is
    ``/dev/null``). Text after a tab in a ``---``/``+++`` line (a timestamp) is ignored; git's
    quoted paths are unquoted. Hunks without file headers belong to the ``file_path`` parameter.
-   Hunk header counts are advisory: the body decides how many lines a hunk has (a blank line in a
+   Hunk header numbers above ``MAX_HUNK_LINE_NUMBER`` are refused (``invalid_argument``). Hunk
+   header counts are advisory: the body decides how many lines a hunk has (a blank line in a
    body is an empty context line while the header says lines remain, or when more body follows).
 2. **apply_patch envelope** (OpenAI-style): ``*** Begin Patch`` … ``*** End Patch`` with
    ``*** Add File: p`` (``+`` lines), ``*** Delete File: p``, ``*** Update File: p`` (optional
    ``*** Move to: q``) and ``@@ [anchor]`` hunks, ``*** End of File`` pinning a hunk to the end.
+
+At most ``MAX_PATCH_FILES`` file sections: one more fails the parse (``invalid_argument``), so
+the permission gate, which asks about every path a patch names, never sees the list.
 
 Every patch line has one trailing ``\\r`` removed, so a diff carried with CRLF line breaks reads
 the same as with LF; line endings of the target file are handled in ``apply.py``.
@@ -27,6 +31,10 @@ from kernel.errors import InvalidArgument, Unsupported
 
 DEV_NULL = "/dev/null"
 MAX_DIFF_CHARS = 16 * 1024 * 1024
+MAX_PATCH_FILES = 256  # file sections per patch: each is a permission question and an open file
+# A file write/edit/patch take (64 MiB) has fewer lines than this; a bigger number is a mistake or
+# an attack (int() of a 5,000-digit string raises ValueError; a huge count keeps a hunk open).
+MAX_HUNK_LINE_NUMBER = 1 << 31
 _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$")
 
 
@@ -86,13 +94,23 @@ def parse_patch(text: str) -> ParsedPatch:
     return ParsedPatch("unified", files)
 
 
+def _add_file(files: list[FilePatch], section: FilePatch) -> None:
+    if len(files) >= MAX_PATCH_FILES:
+        raise InvalidArgument(
+            f"the patch has more than {MAX_PATCH_FILES} file sections; split it into several patches"
+        )
+    files.append(section)
+
+
 def _strip_fences(lines: list[str]) -> list[str]:
-    while lines and not lines[-1].strip():
-        lines = lines[:-1]
+    # Indices, then one slice: trimming a list one blank line at a time is quadratic.
+    end = len(lines)
+    while end and not lines[end - 1].strip():
+        end -= 1
     start = 0
-    while start < len(lines) and not lines[start].strip():
+    while start < end and not lines[start].strip():
         start += 1
-    lines = lines[start:]
+    lines = lines[start:end]
     if len(lines) >= 2 and lines[0].startswith("```") and lines[-1].strip() == "```":
         lines = lines[1:-1]
     return lines
@@ -111,7 +129,7 @@ def _parse_unified(lines: list[str]) -> list[FilePatch]:
         if line.startswith("diff --git "):
             old, new = _git_header_paths(line[len("diff --git ") :])
             cur = FilePatch(old_path=old, new_path=new)
-            files.append(cur)
+            _add_file(files, cur)
             in_git_header = True
             i += 1
             continue
@@ -122,14 +140,14 @@ def _parse_unified(lines: list[str]) -> list[FilePatch]:
                     cur.old_path, cur.new_path = old, new
             else:
                 cur = FilePatch(old_path=old, new_path=new)
-                files.append(cur)
+                _add_file(files, cur)
             in_git_header = False
             i += 2
             continue
         if line.startswith("@@"):
             if cur is None:
                 cur = FilePatch(old_path=None, new_path=None, has_headers=False)
-                files.append(cur)
+                _add_file(files, cur)
             in_git_header = False
             hunk, i = _parse_hunk(lines, i)
             cur.hunks.append(hunk)
@@ -167,9 +185,10 @@ def _parse_hunk(lines: list[str], i: int) -> tuple[Hunk, int]:
     m = _HUNK_RE.match(header)
     hunk = Hunk(header=header)
     if m:
-        hunk.old_start = int(m.group(1))
-        hunk.old_len = int(m.group(2)) if m.group(2) is not None else 1
-        hunk.new_len = int(m.group(4)) if m.group(4) is not None else 1
+        old_start, old_len, _new_start, new_len = (_line_number(header, g) for g in m.groups()[:4])
+        hunk.old_start = old_start
+        hunk.old_len = old_len if old_len is not None else 1
+        hunk.new_len = new_len if new_len is not None else 1
     elif header.strip() != "@@" and not header.startswith("@@ @@"):
         raise InvalidArgument(f"malformed hunk header: {header!r} (expected '@@ -a,b +c,d @@')")
     old_seen = new_seen = 0
@@ -191,13 +210,22 @@ def _parse_hunk(lines: list[str], i: int) -> tuple[Hunk, int]:
             i += 1
             continue
         if line == "":
-            if counts_open or _more_body_follows(lines, i + 1):
+            if counts_open:
                 hunk.lines.append((" ", ""))
                 old_seen += 1
                 new_seen += 1
                 i += 1
                 continue
-            break
+            # Every blank of a run gets the same answer (does body follow the run?): look once, so
+            # a patch of mostly blank lines parses in linear time.
+            end = _blank_run_end(lines, i)
+            if not _body_at(lines, end):
+                break
+            hunk.lines.extend([(" ", "")] * (end - i))
+            old_seen += end - i
+            new_seen += end - i
+            i = end
+            continue
         tag = line[0]
         if tag not in " -+":
             break
@@ -210,9 +238,27 @@ def _parse_hunk(lines: list[str], i: int) -> tuple[Hunk, int]:
     return hunk, i
 
 
-def _more_body_follows(lines: list[str], j: int) -> bool:
+def _line_number(header: str, digits: str | None) -> int | None:
+    """A hunk header number, refused (``invalid_argument``) past ``MAX_HUNK_LINE_NUMBER``."""
+    if digits is None:
+        return None
+    significant = digits.lstrip("0")
+    if len(significant) > len(str(MAX_HUNK_LINE_NUMBER)) or int(digits) > MAX_HUNK_LINE_NUMBER:
+        raise InvalidArgument(
+            f"hunk header {header[:80]!r}: line numbers and counts must be at most {MAX_HUNK_LINE_NUMBER}"
+        )
+    return int(digits)
+
+
+def _blank_run_end(lines: list[str], j: int) -> int:
+    """The first index at or after ``j`` whose line is not empty."""
     while j < len(lines) and lines[j] == "":
         j += 1
+    return j
+
+
+def _body_at(lines: list[str], j: int) -> bool:
+    """Line ``j`` continues a hunk body (and does not start a new ``---``/``+++`` section)."""
     return (
         j < len(lines)
         and lines[j][:1] in (" ", "-", "+", "\\")
@@ -292,17 +338,17 @@ def _parse_envelope(lines: list[str]) -> list[FilePatch]:
             cur = FilePatch(old_path=None, new_path=line[len("*** Add File: ") :].strip())
             hunk = Hunk(header="*** Add File", old_start=0, old_len=0)
             cur.hunks.append(hunk)
-            files.append(cur)
+            _add_file(files, cur)
         elif line.startswith("*** Delete File: "):
             cur = FilePatch(
                 old_path=line[len("*** Delete File: ") :].strip(), new_path=None, check_delete=False
             )
-            files.append(cur)
+            _add_file(files, cur)
             hunk = None
         elif line.startswith("*** Update File: "):
             path = line[len("*** Update File: ") :].strip()
             cur = FilePatch(old_path=path, new_path=path)
-            files.append(cur)
+            _add_file(files, cur)
             hunk = None
         elif line.startswith("*** Move to: "):
             if cur is None or cur.old_path is None or cur.hunks:
