@@ -16,6 +16,11 @@
   ``MULTI`` pipeline), expiring ``LOG_TTL_MS`` after its last event; one driver per run at a time through the lease key ``a3s:workflow:<run_id>:lock`` (renewed
   every ``LOCK_RENEW_S`` while the run is driven; a driver that died frees it within
   ``LOCK_LEASE_MS``, and the next driver of that run waits that long for it before giving up).
+  A run belongs to the workspace that first drove it (``a3s:workflow:<run_id>:workspace``, expiring
+  with the stream): the stream is keyed by run id alone and every session of the fleet shares it, so
+  a session on another workspace naming the same run id is refused (``permission_denied``, reason
+  ``workflow_run_of_another_workspace``) — it never replays, extends or recovers another
+  workspace's steps.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from flows.workflow import StepCall, check_run_id
 from flows.workflow import log as file_log
 from flows.workflow.events import digest
 from flows.workflow.log import GroupCommit
-from kernel.errors import Transport, VersionConflict
+from kernel.errors import PermissionDenied, Transport, VersionConflict
 from kernel.result import ToolResult
 from orchestrator.fanout import Branch, BranchRunner
 
@@ -88,8 +93,12 @@ def _stream(run_id: str) -> str:
 
 
 class RedisEventLogs:
-    def __init__(self, url: str) -> None:
+    """``workspace``: the name of the session's workspace; a run driven through these logs must belong
+    to it (None: no owner is checked or recorded — the CLI's read-only ``status``/``history``)."""
+
+    def __init__(self, url: str, workspace: str | None = None) -> None:
         self.url = url
+        self.workspace = workspace
 
     def location(self, run_id: str) -> str:
         return f"redis stream {_stream(run_id)}"
@@ -106,13 +115,32 @@ class RedisEventLogs:
                         f"workflow run {run_id} is being driven by another process", path=run_id
                     )
                 await asyncio.sleep(LOCK_POLL_S)
+            if self.workspace is not None:
+                await self._claim(client, run_id, lock, token)
         except CONNECTION_ERRORS as exc:
             await client.aclose()
             raise Transport(f"workflow log: redis unreachable: {exc}", op="redis") from exc
         except BaseException:
             await client.aclose()
             raise
-        return RedisEventLog(client, run_id, lock, token)
+        return RedisEventLog(client, run_id, lock, token, owner=self.workspace is not None)
+
+    async def _claim(self, client: aioredis.Redis, run_id: str, lock: str, token: str) -> None:
+        """Record this workspace as the run's owner, or refuse a run another workspace owns."""
+        key = _owner(run_id)
+        async with client.pipeline(transaction=True) as pipe:
+            pipe.set(key, str(self.workspace), nx=True, px=LOG_TTL_MS)
+            pipe.get(key)
+            _, owner = await pipe.execute()
+        if owner != self.workspace:
+            with contextlib.suppress(*CONNECTION_ERRORS):
+                await client.eval(RELEASE_LUA, 1, lock, token)
+            raise PermissionDenied(
+                f"workflow run {run_id} belongs to another workspace; a run id resumes only the run of "
+                "its own workspace (choose another run id)",
+                reason="workflow_run_of_another_workspace",
+                path=run_id,
+            )
 
     async def read(self, run_id: str) -> list[dict[str, Any]]:
         client = _client(self.url)
@@ -132,9 +160,12 @@ class RedisEventLogs:
 
 
 class RedisEventLog:
-    def __init__(self, client: aioredis.Redis, run_id: str, lock: str, token: str) -> None:
+    def __init__(
+        self, client: aioredis.Redis, run_id: str, lock: str, token: str, *, owner: bool = False
+    ) -> None:
         self.client = client
         self.key = _stream(run_id)
+        self.owner = _owner(run_id) if owner else None  # expires with the stream
         self.lock = lock
         self.token = token
         self._renewer = asyncio.ensure_future(self._renew())
@@ -170,6 +201,8 @@ class RedisEventLog:
                 for text in texts:
                     pipe.xadd(self.key, {"envelope": text})
                 pipe.pexpire(self.key, LOG_TTL_MS)
+                if self.owner is not None:
+                    pipe.pexpire(self.owner, LOG_TTL_MS)
                 await pipe.execute()
         except CONNECTION_ERRORS as exc:
             raise Transport(f"workflow log: cannot append to {self.key}: {exc}", op="redis") from exc
@@ -183,6 +216,10 @@ class RedisEventLog:
         with contextlib.suppress(*CONNECTION_ERRORS):
             await self.client.eval(RELEASE_LUA, 1, self.lock, self.token)
         await self.client.aclose()
+
+
+def _owner(run_id: str) -> str:
+    return f"{_stream(run_id)}:workspace"
 
 
 def _envelope_text(env: dict[str, Any]) -> str:
@@ -216,13 +253,18 @@ async def _load_sized(client: aioredis.Redis, key: str) -> tuple[list[dict[str, 
     return out, size
 
 
-def fleet_workflow_logs(settings: Settings) -> RedisEventLogs:
-    """The fleet's workflow logs: on the fleet's state Redis (``A3S_STATE_URL``, else the broker)."""
+def fleet_workflow_logs(settings: Settings, workspace: str | None = None) -> RedisEventLogs:
+    """The fleet's workflow logs: on the fleet's state Redis (``A3S_STATE_URL``, else the broker);
+    runs driven through them belong to ``workspace`` (see the module docstring)."""
     from workers.runtime import state_url
 
-    return RedisEventLogs(state_url(settings))
+    return RedisEventLogs(state_url(settings), workspace)
 
 
-def fleet_workflow_services(runner: BranchRunner, settings: Settings) -> dict[str, Any]:
-    """``runner``: the session's (budgeted) runner; its steps are admitted and counted by it."""
-    return {"workflow_step_runner": BranchStepRunner(runner), "workflow_logs": fleet_workflow_logs(settings)}
+def fleet_workflow_services(runner: BranchRunner, settings: Settings, workspace: str) -> dict[str, Any]:
+    """``runner``: the session's (budgeted) runner; its steps are admitted and counted by it.
+    ``workspace``: the session's workspace name, the owner of the runs it drives."""
+    return {
+        "workflow_step_runner": BranchStepRunner(runner),
+        "workflow_logs": fleet_workflow_logs(settings, workspace),
+    }
