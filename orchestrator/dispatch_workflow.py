@@ -1,11 +1,14 @@
 """Workflows on a fleet: steps as Celery jobs, history in a Redis Stream (SPEC F-1, F-3, F-5, F-7).
 
-``fleet_workflow_services(runner, settings)`` gives a fleet session the two services the
+``fleet_workflow_services(runner, settings, workspace)`` gives a fleet session the two services the
 ``dynamic_workflow`` tool looks for (``flows.workflow.tool``):
 
 - ``workflow_step_runner`` — ``BranchStepRunner``: each step is one branch of the session's
   ``CeleryRunner`` under the workflow's run id, i.e. one ``a3s.tool`` job labelled
-  ``a3s.tool:step <step_id>: <tool> [<run_id>:<step_id>]`` for Flower (``workers.protocol.job_label``). Its idempotency key is
+  ``a3s.tool:step <step_id>: <tool> [<run_id>:<step_id>]`` for Flower (``workers.protocol.job_label``).
+  Its branch index is the lowest slot of the run free at that moment: the run has at most
+  ``max_concurrent_steps`` (≤ ``MAX_CONCURRENT_STEPS``, the fan-out's ``MAX_BRANCHES``) steps in
+  flight, so it stays below that however many steps the session runs. Its idempotency key is
   ``wf:<query digest>:<step_id>`` — stable across driver restarts — so the workers' step store
   (F-3: run id, query, key) recovers a step that completed on a worker while no driver listened (a
   SIGKILLed CLI) instead of running it again, and a worker killed mid-step has its job redelivered
@@ -39,9 +42,10 @@ import redis.asyncio as aioredis
 from config.settings import Settings
 from flows.workflow import StepCall, check_run_id
 from flows.workflow import log as file_log
+from flows.workflow.driver import MAX_CONCURRENT_STEPS
 from flows.workflow.events import digest
 from flows.workflow.log import GroupCommit
-from kernel.errors import PermissionDenied, Transport, VersionConflict
+from kernel.errors import BudgetExhausted, PermissionDenied, Transport, VersionConflict
 from kernel.result import ToolResult
 from orchestrator.fanout import Branch, BranchRunner
 
@@ -67,7 +71,10 @@ class BranchStepRunner:
 
     def __init__(self, runner: BranchRunner) -> None:
         self.runner = runner
-        self._index = itertools.count()
+        # Per run: the branch indexes of its steps in flight. A session-wide counter climbed past
+        # the envelope's MAX_BRANCH_INDEX (100 000) in a long-lived session, and every step after
+        # that was refused.
+        self._slots: dict[str, set[int]] = {}
 
     async def run_step(self, call: StepCall) -> ToolResult:
         branch = Branch(
@@ -77,7 +84,21 @@ class BranchStepRunner:
             key=step_key(call.query, call.step_id),
             label=call.step_id,
         )
-        return await self.runner.run_branch(call.run_id, next(self._index), branch)
+        busy = self._slots.setdefault(call.run_id, set())
+        index = next(i for i in itertools.count() if i not in busy)
+        if index >= MAX_CONCURRENT_STEPS:  # the driver's step slots make this unreachable
+            raise BudgetExhausted(
+                f"workflow run {call.run_id} has {len(busy)} steps in flight, the most a run may have",
+                resource="steps",
+                reason="max_concurrent_steps",
+            )
+        busy.add(index)
+        try:
+            return await self.runner.run_branch(call.run_id, index, branch)
+        finally:
+            busy.discard(index)
+            if not busy:
+                self._slots.pop(call.run_id, None)
 
 
 def step_key(query: str, step_id: str) -> str:
