@@ -9,11 +9,13 @@
   Its branch index is the lowest slot of the run free at that moment: the run has at most
   ``max_concurrent_steps`` (≤ ``MAX_CONCURRENT_STEPS``, the fan-out's ``MAX_BRANCHES``) steps in
   flight, so it stays below that however many steps the session runs. Its idempotency key is
-  ``wf:<query digest>:<step_id>`` — stable across driver restarts — so the workers' step store
+  ``wf:<query digest>/<failures>:<step_id>`` — ``failures``: how many times the history says the
+  step failed under this query — stable across driver restarts, so the workers' step store
   (F-3: run id, query, key) recovers a step that completed on a worker while no driver listened (a
   SIGKILLed CLI) instead of running it again, and a worker killed mid-step has its job redelivered
-  and run or recovered exactly once in effect. The driver itself stays in this process and holds no
-  worker slot while steps run;
+  and run or recovered exactly once in effect; a step that failed gets a new key on resume, so it
+  runs again instead of its failure being recovered from the store. The driver itself stays in
+  this process and holds no worker slot while steps run;
 - ``workflow_logs`` — ``RedisEventLogs``: one Stream per run, ``a3s:workflow:<run_id>``, one
   ``XADD`` per event (field ``envelope``: the JSON envelope; events submitted together go in one
   ``MULTI`` pipeline), expiring ``LOG_TTL_MS`` after its last event; one driver per run at a time through the lease key ``a3s:workflow:<run_id>:lock`` (renewed
@@ -81,7 +83,7 @@ class BranchStepRunner:
             call.tool,
             call.args,
             f"step {call.step_id}: {call.tool}",  # Flower: a3s.tool:step <id>: <tool> [<run_id>:<id>]
-            key=step_key(call.query, call.step_id),
+            key=step_key(call.query, call.step_id, call.failures),
             label=call.step_id,
         )
         busy = self._slots.setdefault(call.run_id, set())
@@ -101,8 +103,8 @@ class BranchStepRunner:
                 self._slots.pop(call.run_id, None)
 
 
-def step_key(query: str, step_id: str) -> str:
-    return f"wf:{digest(query)[:16]}:{step_id}"
+def step_key(query: str, step_id: str, failures: int = 0) -> str:
+    return f"wf:{digest(query)[:16]}/{failures}:{step_id}"
 
 
 def _client(url: str) -> aioredis.Redis:

@@ -76,6 +76,7 @@ class StepCall:
     args: dict[str, Any]
     query: str
     attempt: int
+    failures: int = 0  # times this step failed before, in this run under this query (the history's)
 
 
 class StepRunner(Protocol):
@@ -323,7 +324,8 @@ class _Run:
                 await stack.enter_async_context(slot)
             await self.emit({"type": "step_started", "step_id": step_id, "attempt": attempt})
             t0 = time.monotonic()
-            call = StepCall(self.run_id, step_id, tool, args, self.query, attempt)
+            failures = self.history.failures(self.query, step_id)
+            call = StepCall(self.run_id, step_id, tool, args, self.query, attempt, failures)
             try:
                 result = await self.driver.runner.run_step(call)
             except asyncio.CancelledError:

@@ -188,3 +188,27 @@ def test_f1_a_step_whose_job_envelope_would_be_refused_fails_typed_instead_of_ha
     assert result.metadata["output"]["kind"]["type"] == "invalid_argument"
     assert result.metadata["output"]["kind"]["path"] == "tool"
     assert time.monotonic() - started < 20
+
+
+def test_f3_a_failed_step_runs_again_when_the_fleet_run_is_resumed(
+    fleet: FleetEnv, shared_workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    """The step fails its first time and succeeds after. Its job's failed result is stored in the
+    workers' step store under the step's idempotency key; before, the resumed run sent the same key
+    and the worker recovered the stored failure — a failed step never ran again on a fleet, unlike
+    embedded. Now the key counts the step's recorded failures (``wf:<digest>/<failures>:<step>``)."""
+    src = """async function run(wf) {
+      const r = await wf.step('flaky', 'bash', {command: 'echo run >> tries; if [ -f ok ]; then echo fine; else touch ok; exit 5; fi'});
+      return r.output.trim();
+    }"""
+    with Agent(fleet.settings()) as agent:
+        s = agent.session(tmp_path)
+        first = s.workflow(source=src, input={"query": "flaky"}, run_id="fleet-wf-flaky")
+        assert first.exit_code == 1, first.output
+        again = s.workflow(source=src, input={"query": "flaky"}, run_id="fleet-wf-flaky")
+        assert again.exit_code == 0, again.output
+        assert again.metadata["output"] == "fine"
+        assert (tmp_path / "tries").read_text().split() == ["run", "run"]
+        done = s.workflow(source=src, input={"query": "flaky"}, run_id="fleet-wf-flaky")
+        assert done.metadata["workflow"]["steps"][0]["status"] == "recovered"  # a success is not rerun
+    assert (tmp_path / "tries").read_text().split() == ["run", "run"]
