@@ -9,10 +9,15 @@ The agent loop (``flows/agent``) adds run-level events with ``call_id`` = the ru
 and origin ``agent``: ``run_start``, ``model_request``, ``text_delta``, ``model_retry``,
 ``model_response``, ``run_end`` (``AGENT_EVENT_TYPES``). ``MemoryEventSink.subscribe`` lets a
 caller watch events as they are logged (``session.stream``).
+
+``MemoryEventSink`` holds at most ``MAX_MEMORY_EVENTS`` events and ``MAX_MEMORY_EVENT_BYTES`` of them
+(each weighed by its JSON size): the oldest are dropped first, and counted (``dropped``). A count
+alone did not bound it: 10 000 events of ~100 KiB (tool output deltas, results) held ~1 GB.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import deque
@@ -34,6 +39,9 @@ EVENT_TYPES = (
 )
 log = logging.getLogger(__name__)
 AGENT_EVENT_TYPES = ("run_start", "model_request", "text_delta", "model_retry", "model_response", "run_end")
+MAX_MEMORY_EVENTS = 10_000
+MAX_MEMORY_EVENT_BYTES = 64 * 1024 * 1024
+EVENT_OVERHEAD_BYTES = 256  # the envelope's fields and the objects holding them
 
 
 @dataclass(slots=True)
@@ -80,19 +88,34 @@ class EventSink(Protocol):
 
 
 class MemoryEventSink:
-    """Keeps the last ``capacity`` events; thread-safe; ``seq`` numbers are session-ordered."""
+    """Keeps the last ``capacity`` events within ``max_bytes`` (the newest is always kept); thread-safe;
+    ``seq`` numbers are session-ordered; ``dropped`` counts the events let go, oldest first."""
 
-    def __init__(self, capacity: int = 10_000) -> None:
-        self._events: deque[Event] = deque(maxlen=capacity)
+    def __init__(self, capacity: int = MAX_MEMORY_EVENTS, max_bytes: int = MAX_MEMORY_EVENT_BYTES) -> None:
+        self.capacity = max(1, capacity)
+        self.max_bytes = max_bytes
+        self.dropped = 0
+        self._events: deque[Event] = deque()
+        self._sizes: deque[int] = deque()
+        self._bytes = 0
         self._lock = threading.Lock()
         self._seq = 0
         self._listeners: tuple[Callable[[Event], None], ...] = ()
 
     def emit(self, event: Event) -> None:
+        size = event_bytes(event)  # outside the lock: a large event is weighed without blocking others
         with self._lock:
             self._seq += 1
             event.seq = self._seq
             self._events.append(event)
+            self._sizes.append(size)
+            self._bytes += size
+            while len(self._events) > 1 and (
+                len(self._events) > self.capacity or self._bytes > self.max_bytes
+            ):
+                self._events.popleft()
+                self._bytes -= self._sizes.popleft()
+                self.dropped += 1
             listeners = self._listeners
         for listener in listeners:  # outside the lock: a listener may read the log
             try:
@@ -118,6 +141,16 @@ class MemoryEventSink:
 
     def __iter__(self) -> Iterator[Event]:
         return iter(self.snapshot())
+
+
+def event_bytes(event: Event) -> int:
+    """What an event weighs in memory, roughly: its JSON size (its data dominates) plus the envelope."""
+    head = len(event.type) + len(event.call_id) + len(event.tool) + len(event.origin)
+    try:
+        body = len(json.dumps(event.data, ensure_ascii=False, default=str))
+    except (TypeError, ValueError, RecursionError):  # not JSON (a cycle): weigh it as one overhead more
+        body = EVENT_OVERHEAD_BYTES
+    return EVENT_OVERHEAD_BYTES + head + body
 
 
 class FanoutSink:

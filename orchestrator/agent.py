@@ -159,7 +159,8 @@ class Agent:
             # Workflows: steps become jobs of this runner; the history goes to a Redis Stream.
             from orchestrator.dispatch_workflow import fleet_workflow_services
 
-            core.kernel.services.update(fleet_workflow_services(session.runner, self.settings))
+            workflows = fleet_workflow_services(session.runner, self.settings, core.kernel.workspace.name)
+            core.kernel.services.update(workflows)
             # Sub-agents: every `task` child is an a3s.agent job; the parent waits here (issue 9).
             from orchestrator.dispatch_agent import fleet_task_services
 

@@ -13,6 +13,11 @@ run again). On a terminal each step's progress is shown on stderr as it happens.
 ``{"run_id", "status": "completed"|"failed", "output", "steps"}``. Exit status: 0 completed, 1 the
 run failed, 2 a usage or setup error, 130 interrupted. ``status`` and ``history`` read the run's log
 (``<workspace>/.a3s/workflow/<run_id>.jsonl``, or the fleet's Redis Stream with a broker).
+
+Step ids, step names, results and error messages are the script's and its tools' text (a file a step
+read, a page it fetched): on a terminal they pass through ``terminal_text.for_terminal``, so an
+escape sequence among them is shown, never acted on (OSC 52 writing the clipboard, a cursor move
+overwriting what was shown); a pipe gets the text unchanged, and ``--json`` is JSON.
 """
 
 from __future__ import annotations
@@ -30,9 +35,26 @@ import click
 
 from config.settings import Settings
 from kernel.errors import InvalidArgument, ToolError
+from orchestrator.terminal_text import for_terminal
 
 MAX_SOURCE_BYTES = 192 * 1024
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def _shown(text: str, stream: Any) -> str:
+    """``text`` as it may be written to ``stream``: escaped on a terminal, unchanged on a pipe."""
+    return for_terminal(text) if _isatty(stream) else text
+
+
+def _echo(text: str, *, err: bool = False) -> None:
+    click.echo(_shown(text, sys.stderr if err else sys.stdout), err=err)
 
 
 def _one_line_errors(fn: F) -> F:
@@ -56,7 +78,7 @@ def _one_line_errors(fn: F) -> F:
             else:
                 text = f"{type(exc).__name__}: {exc}".strip()
             text = " ".join(text.split())
-            click.echo(f"error: {text[:500]}", err=True)
+            _echo(f"error: {text[:500]}", err=True)
             sys.exit(2)
 
     return wrapper  # type: ignore[return-value]
@@ -98,7 +120,10 @@ class _Progress:
         extra = ""
         if event.get("type") == "step_failed":
             extra = ": " + str((event.get("error") or {}).get("message", ""))[:200].replace("\n", " ")
-        self.out.write(f"{time.monotonic() - self.t0:7.1f}s {mark} {event.get('step_id')}{name}{extra}\n")
+        line = for_terminal(
+            f"{event.get('step_id')}{name}{extra}".replace("\n", " ")
+        )  # shown on a terminal only
+        self.out.write(f"{time.monotonic() - self.t0:7.1f}s {mark} {line}\n")
         self.out.flush()
 
 
@@ -172,7 +197,8 @@ def run_cmd(
         click.echo(json.dumps(data, ensure_ascii=False))
     else:
         stream = sys.stdout if result.exit_code == 0 else sys.stderr
-        stream.write(result.output if result.output.endswith("\n") else result.output + "\n")
+        text = result.output if result.output.endswith("\n") else result.output + "\n"
+        stream.write(_shown(text, stream))
     sys.exit(0 if status == "completed" else 1)
 
 
@@ -232,13 +258,13 @@ def status_cmd(run_id: str, workspace: str, broker: str | None, as_json: bool) -
         click.echo(json.dumps(summary, ensure_ascii=False, default=str))
         return
     steps = ", ".join(f"{n} {s}" for s, n in sorted(summary["steps"].items())) or "none"
-    click.echo(f"run      {run_id}")
-    click.echo(f"status   {summary['status']}")
-    click.echo(f"query    {summary.get('query')}")
-    click.echo(f"starts   {summary.get('starts')}")
-    click.echo(f"steps    {steps}")
+    _echo(f"run      {run_id}")
+    _echo(f"status   {summary['status']}")
+    _echo(f"query    {summary.get('query')}")
+    _echo(f"starts   {summary.get('starts')}")
+    _echo(f"steps    {steps}")
     if summary.get("error"):
-        click.echo(f"error    {json.dumps(summary['error'], ensure_ascii=False)[:500]}")
+        _echo(f"error    {json.dumps(summary['error'], ensure_ascii=False)[:500]}")
 
 
 @workflow_group.command("history")
@@ -265,4 +291,4 @@ def history_cmd(run_id: str, workspace: str, broker: str | None, as_json: bool) 
         detail = {k: v for k, v in ev.items() if k not in ("type", "step_id", "output", "input", "spec")}
         step = f" {ev['step_id']}" if "step_id" in ev else ""
         extra = f" {json.dumps(detail, ensure_ascii=False, default=str)[:300]}" if detail else ""
-        click.echo(f"{env.get('sequence', 0):>5} {when} {ev.get('type')}{step}{extra}")
+        _echo(f"{env.get('sequence', 0):>5} {when} {ev.get('type')}{step}{extra}")

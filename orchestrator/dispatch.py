@@ -7,6 +7,8 @@ envelope names the session snapshot by its digest, and does its own fan-in — n
 - the first branch of a run registers the run in Redis (``workers.protocol`` keys: the run hash,
   the live-runs index ``a3s-fleet status`` reads, and the snapshot under its content-addressed key,
   so it crosses the broker once per run instead of once per job) and starts one reader for the run;
+- a branch whose envelope the worker would refuse (``JobEnvelope``'s bounds) is never sent: it fails
+  at once with ``invalid_argument`` (``path``: the refused field);
 - branches submitted in the same event-loop turn are published in one batch, from a thread (the
   Celery producer is blocking I/O), in one Redis pipeline where kombu supports it (``_publish``); each
   message is labelled for Flower by ``workers.protocol.job_label`` (``shadow`` name
@@ -42,9 +44,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import redis.asyncio as aioredis
+from pydantic import ValidationError
 
 from config.settings import Settings
-from kernel.errors import Cancelled, ToolError, Transport
+from kernel.errors import Cancelled, InvalidArgument, ToolError, Transport
 from kernel.result import ToolResult
 from orchestrator.dispatch_presence import (
     CONNECTION_ERRORS,
@@ -287,10 +290,23 @@ class CeleryRunner:
             task.add_done_callback(owner.discard)
 
     async def _flush(self, run: _Run) -> None:
-        batch, run.outbox, run.flushing = run.outbox, [], False
+        outbox, run.outbox, run.flushing = run.outbox, [], False
+        batch: list[tuple[int, Branch]] = []
+        messages = []
+        for index, branch in outbox:
+            try:
+                messages.append(self._message(run, index, branch))
+            except ValidationError as exc:
+                # An envelope the worker would refuse (a tool name over 128 characters, a branch
+                # index past MAX_BRANCH_INDEX …): that branch fails typed and is never sent. Before,
+                # the error ended this task, nothing was published and the fan-in waited forever.
+                fut = run.futures.get(index)
+                if fut is not None and not fut.done():
+                    fut.set_exception(_refused_envelope(exc))
+                continue
+            batch.append((index, branch))
         if not batch:
             return
-        messages = [self._message(run, index, branch) for index, branch in batch]
         try:
             await asyncio.to_thread(self._publish, messages)
             if not run.closing:  # a closed run's hash is gone: never recreate it
@@ -569,6 +585,12 @@ async def _settle(tasks: set[asyncio.Future[None]], grace_s: float) -> None:
 
 
 CeleryDispatcher = CeleryRunner
+
+
+def _refused_envelope(exc: ValidationError) -> InvalidArgument:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ())) or "envelope"
+    return InvalidArgument(f"fleet: job envelope refused at {where}: {first.get('msg')}", path=where)
 
 
 def _failed_result(meta: dict[str, Any] | None) -> dict[str, Any] | None:

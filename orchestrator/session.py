@@ -296,7 +296,8 @@ class Session(AgentRuns):
     # ---- events, snapshot, artifacts, close ---------------------------------------------------
 
     def events(self, after_seq: int = 0) -> Iterator[Event]:
-        """The session's events with ``seq > after_seq``, in order (the last 10,000 are kept, S-5)."""
+        """The session's events with ``seq > after_seq``, in order (S-5). The last 10,000 are kept,
+        within 64 MiB: older ones are dropped first (``seq`` shows the gap), and counted."""
         return iter(self.core.memory.snapshot(after_seq))
 
     def snapshot(self) -> dict[str, Any]:

@@ -12,8 +12,10 @@
    another delivery completed is *recovered* (its stored result is returned, the tool does not run
    again); a step another live delivery holds is waited for; a claimed step runs and its result is
    stored (``complete``) before anything is acknowledged. A delivery that outlived its lease is
-   fenced off by the attempt number. Tools still have to be idempotent themselves — a worker killed
-   after the side effect but before ``complete`` runs the call again (at-least-once);
+   fenced off by the attempt number. A call that was cancelled (its branch's cancel flag) is stored
+   as failed, not completed: it never finished, so the next delivery of the step runs it. Tools still
+   have to be idempotent themselves — a worker killed after the side effect but before ``complete``
+   runs the call again (at-least-once);
 4. restore the session from its snapshot (cached per process by the snapshot's digest; looked up
    once per job, before step 2, and read from Redis only on a miss) and call the kernel with the origin
    the envelope names — ``invoke_host`` (trusted) or ``invoke_agent`` — bounded by the soft time
@@ -238,12 +240,23 @@ def _execute(
         time.sleep(min(BUSY_POLL_MAX_S, max(0.01, claim.retry_after_ms / 1000)))
     result = _call(env, session, delivery, rt, deadline, (key, claim.attempt, lease))
     try:
-        rt.steps.complete(key, claim.attempt, result.to_json())
+        if _unfinished(result):
+            # Stopped before it ended (its branch was cancelled): stored as failed, so the step's
+            # next delivery (a resumed workflow's) runs it rather than recovering the cancellation.
+            rt.steps.fail(key, claim.attempt, result.error_kind)
+        else:
+            rt.steps.complete(key, claim.attempt, result.to_json())
     except InvalidArgument:  # too big for the step store: not recoverable, a redelivery re-runs it
         rt.steps.fail(key, claim.attempt, {"type": "invalid_argument", "reason": "result_too_large"})
     except ToolError:  # fenced off (our lease lapsed and another delivery took over): it owns the step
         pass
     return result
+
+
+def _unfinished(result: ToolResult) -> bool:
+    """A call that was cancelled did not finish: it has no result to recover (F-3)."""
+    kind = result.error_kind
+    return result.exit_code != 0 and isinstance(kind, dict) and kind.get("type") == "cancelled"
 
 
 def _safe_to_repeat(env: JobEnvelope, session: SessionCore | ToolError) -> bool:

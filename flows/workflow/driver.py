@@ -12,6 +12,9 @@ the step's error). Durable by replay:
 - a step id requested twice in one run with the same tool and arguments is the same step (one
   execution, both callers get its result); with different ones it is an error, and so is a recorded
   step the script now asks for with other arguments (the script is not deterministic);
+- a finished step is kept for the rest of the run in the form its history stores (metadata compacted
+  to ``MAX_STEP_METADATA_BYTES``, a failure's output cut to ``MAX_FAILED_OUTPUT_CHARS``), never as
+  the step's whole result;
 - every fact goes to the run's append-only ``EventLog`` before it is acted on or reported:
   ``run_created`` (when the run is new or the query changed), ``run_started``, ``step_created``,
   ``step_started``, ``step_completed`` / ``step_failed``, and the run's end.
@@ -57,6 +60,7 @@ DEFAULT_TIMEOUT_MS = 3_600_000
 SLICE_MS = 30_000  # uninterrupted JS between two step requests: more is a runaway loop
 MAX_RESULT_BYTES = 1024 * 1024
 MAX_STEP_METADATA_BYTES = 256 * 1024
+MAX_FAILED_OUTPUT_CHARS = 4096  # of a failed step's output, in its step_failed event
 MAX_STEPS = 10_000  # distinct steps one execution may request (a runaway script is not a workflow)
 NOT_A_STEP = frozenset({"dynamic_workflow"})  # a workflow never starts a workflow
 GENERATION_TOOLS = frozenset({"generate_object"})
@@ -72,6 +76,7 @@ class StepCall:
     args: dict[str, Any]
     query: str
     attempt: int
+    failures: int = 0  # times this step failed before, in this run under this query (the history's)
 
 
 class StepRunner(Protocol):
@@ -319,7 +324,8 @@ class _Run:
                 await stack.enter_async_context(slot)
             await self.emit({"type": "step_started", "step_id": step_id, "attempt": attempt})
             t0 = time.monotonic()
-            call = StepCall(self.run_id, step_id, tool, args, self.query, attempt)
+            failures = self.history.failures(self.query, step_id)
+            call = StepCall(self.run_id, step_id, tool, args, self.query, attempt, failures)
             try:
                 result = await self.driver.runner.run_step(call)
             except asyncio.CancelledError:
@@ -331,17 +337,21 @@ class _Run:
             except ToolError as err:  # the dispatcher itself failed (a broker down): typed
                 result = ToolResult.failure(tool, err)
             ms = int((time.monotonic() - t0) * 1000)
+        # The step's task keeps its result until the run ends (a step id asked for again gets it):
+        # keep the form the history stores, not the whole result — 120 steps with 1 MiB of metadata
+        # each held 458 MB for the run's life, ~100 MB now.
         if result.exit_code == 0:
             output = result.to_json()
             output["metadata"] = compact_metadata(output.get("metadata") or {}, MAX_STEP_METADATA_BYTES)
             await self.emit({"type": "step_completed", "step_id": step_id, "output": output})
             self.outcomes[step_id] = StepOutcome(step_id, tool, "completed", 0, ms, attempt)
-        else:
-            await self._failed(step_id, attempt, result.output[:4096], result.error_kind)
-            self.outcomes[step_id] = StepOutcome(
-                step_id, tool, "failed", result.exit_code, ms, attempt, result.error_kind
-            )
-        return result
+            return ToolResult.from_json(output)
+        message = result.output[:MAX_FAILED_OUTPUT_CHARS]
+        await self._failed(step_id, attempt, message, result.error_kind)
+        self.outcomes[step_id] = StepOutcome(
+            step_id, tool, "failed", result.exit_code, ms, attempt, result.error_kind
+        )
+        return ToolResult(result.name, message, result.exit_code, {}, result.error_kind, result.trust)
 
     async def _failed(self, step_id: str, attempt: int, message: str, kind: dict[str, Any] | None) -> None:
         await self.emit(

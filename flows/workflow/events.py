@@ -91,6 +91,7 @@ class StepRecord:
     input_digest: str = ""
     status: str = "created"  # created | started | completed | failed
     attempts: int = 0
+    failures: int = 0  # step_failed events
     output: dict[str, Any] | None = None
     error: Any = None
 
@@ -157,7 +158,7 @@ class History:
             rec.status, rec.output = "completed", out if isinstance(out, dict) else None
         elif kind == "step_failed" and isinstance(sid, str):
             rec = seg.steps.setdefault(sid, StepRecord(sid))
-            rec.status, rec.error = "failed", ev.get("error")
+            rec.status, rec.error, rec.failures = "failed", ev.get("error"), rec.failures + 1
         elif kind in TERMINAL_RUN_EVENTS:
             seg.status = kind.removeprefix("run_")
             seg.output = ev.get("output")
@@ -174,6 +175,15 @@ class History:
             if rec is not None and rec.status == "completed" and rec.output is not None:
                 return rec
         return None
+
+    def failures(self, query: str, step_id: str) -> int:
+        """How many times ``step_id`` failed in segments opened with ``query``: a fleet step's
+        idempotency key includes it, so a failed step runs again rather than being recovered."""
+        return sum(
+            seg.steps[step_id].failures
+            for seg in self.segments
+            if seg.query == query and step_id in seg.steps
+        )
 
     def created(self, query: str, step_id: str) -> StepRecord | None:
         seg = self.current

@@ -163,3 +163,52 @@ def test_f3_a_sigkilled_cli_resumes_and_the_step_in_flight_is_recovered_not_reru
     assert _starts(tmp_path).count("c-one") == 1
     assert _starts(tmp_path).count("c-two") == 1  # re-dispatched, recovered by the worker's step store
     assert sorted((tmp_path / "ledger.txt").read_text().split()) == ["c-one", "c-two"]
+
+
+def test_f1_a_step_whose_job_envelope_would_be_refused_fails_typed_instead_of_hanging(
+    fleet: FleetEnv, shared_workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    """A tool name over the envelope's 128 characters: building its job raised out of the runner's
+    publishing task, nothing of that batch was sent and the step's fan-in waited until the run's
+    deadline. Now that branch fails ``invalid_argument`` at once, and the rest of its batch runs."""
+    src = """async function run(wf) {
+      const [ok, long] = await Promise.allSettled([
+        wf.step('ok', 'nap', {ms: 1, tag: 'fine'}),
+        wf.step('long', 'x'.repeat(200), {}),
+      ]);
+      return {ok: ok.value.output, kind: long.reason.errorKind};
+    }"""
+    started = time.monotonic()
+    with Agent(fleet.settings()) as agent:
+        result = agent.session(tmp_path).workflow(
+            source=src, run_id="fleet-wf-envelope", limits={"timeout_ms": 30000}
+        )
+    assert result.exit_code == 0, result.output
+    assert result.metadata["output"]["ok"] == "napped 1ms fine"
+    assert result.metadata["output"]["kind"]["type"] == "invalid_argument"
+    assert result.metadata["output"]["kind"]["path"] == "tool"
+    assert time.monotonic() - started < 20
+
+
+def test_f3_a_failed_step_runs_again_when_the_fleet_run_is_resumed(
+    fleet: FleetEnv, shared_workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    """The step fails its first time and succeeds after. Its job's failed result is stored in the
+    workers' step store under the step's idempotency key; before, the resumed run sent the same key
+    and the worker recovered the stored failure — a failed step never ran again on a fleet, unlike
+    embedded. Now the key counts the step's recorded failures (``wf:<digest>/<failures>:<step>``)."""
+    src = """async function run(wf) {
+      const r = await wf.step('flaky', 'bash', {command: 'echo run >> tries; if [ -f ok ]; then echo fine; else touch ok; exit 5; fi'});
+      return r.output.trim();
+    }"""
+    with Agent(fleet.settings()) as agent:
+        s = agent.session(tmp_path)
+        first = s.workflow(source=src, input={"query": "flaky"}, run_id="fleet-wf-flaky")
+        assert first.exit_code == 1, first.output
+        again = s.workflow(source=src, input={"query": "flaky"}, run_id="fleet-wf-flaky")
+        assert again.exit_code == 0, again.output
+        assert again.metadata["output"] == "fine"
+        assert (tmp_path / "tries").read_text().split() == ["run", "run"]
+        done = s.workflow(source=src, input={"query": "flaky"}, run_id="fleet-wf-flaky")
+        assert done.metadata["workflow"]["steps"][0]["status"] == "recovered"  # a success is not rerun
+    assert (tmp_path / "tries").read_text().split() == ["run", "run"]

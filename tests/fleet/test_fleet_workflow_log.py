@@ -1,5 +1,6 @@
-"""The fleet's workflow history (a Redis stream per run): the same size cap as the file log, and any
-step output is storable (SPEC F-3, F-7, K-8). A real Redis (the test session's own); no workers.
+"""The fleet's workflow history (a Redis stream per run): the same size cap as the file log, any
+step output is storable, and a run belongs to one workspace (SPEC F-3, F-7, K-8). A real Redis (the
+test session's own); no workers.
 """
 
 from __future__ import annotations
@@ -7,13 +8,17 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from flows.workflow import log
 from flows.workflow.events import envelope
-from kernel.errors import BudgetExhausted
+from kernel.errors import BudgetExhausted, PermissionDenied
+from orchestrator import Agent
 from orchestrator.dispatch_workflow import RedisEventLogs
+
+from .conftest import FleetEnv
 
 
 def _step(run_id: str, seq: int, output: str) -> dict[str, object]:
@@ -76,3 +81,42 @@ def test_k8_a_step_output_with_a_lone_surrogate_is_stored_and_read_back(
 
     (stored,) = asyncio.run(scenario())
     assert stored["event"]["output"]["output"] == "bad\udcff.txt"  # type: ignore[index]
+
+
+def test_f3_a_run_id_never_resumes_another_workspaces_run(fleet: FleetEnv, tmp_path: Path) -> None:
+    """The stream is keyed by run id alone and shared by every session of the fleet. Before, a session
+    on workspace B naming workspace A's run id replayed A's history: A's completed steps came back as
+    B's results (and B's events were appended to A's run). Now the run belongs to the workspace that
+    first drove it. No workers needed: neither script runs a step."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    run_id = f"owned-{uuid.uuid4().hex[:8]}"
+    src = "async function run(wf, input) { return input.query; }"
+    with Agent(fleet.settings()) as agent:
+        first = agent.session(tmp_path / "a").workflow(source=src, input={"query": "a"}, run_id=run_id)
+        assert first.exit_code == 0, first.output
+        other = agent.session(tmp_path / "b").workflow(source=src, input={"query": "b"}, run_id=run_id)
+        assert other.exit_code != 0
+        assert other.error_kind is not None
+        assert other.error_kind["type"] == "permission_denied"
+        assert other.error_kind["reason"] == "workflow_run_of_another_workspace"
+        again = agent.session(tmp_path / "a").workflow(source=src, input={"query": "a"}, run_id=run_id)
+        assert again.exit_code == 0, again.output  # its own workspace resumes it
+    envelopes = asyncio.run(RedisEventLogs(fleet.url).read(run_id))
+    assert all(e["event"].get("input", {}).get("query") != "b" for e in envelopes)
+
+
+def test_f3_the_owner_check_releases_the_run_lock(redis_urls: Callable[[int], str]) -> None:
+    run_id = f"owned-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> str:
+        mine = await RedisEventLogs(redis_urls(7), "/ws/a").open_for_run(run_id)
+        await mine.close()
+        with pytest.raises(PermissionDenied) as refused:
+            await RedisEventLogs(redis_urls(7), "/ws/b").open_for_run(run_id)
+        assert not await RedisEventLogs(redis_urls(7)).running(run_id)  # the refusal held no lease
+        again = await RedisEventLogs(redis_urls(7), "/ws/a").open_for_run(run_id)
+        await again.close()
+        return str(refused.value.to_kind()["reason"])
+
+    assert asyncio.run(scenario()) == "workflow_run_of_another_workspace"

@@ -104,3 +104,28 @@ def test_s5_run_view_never_sends_a_models_escape_sequences_to_the_terminal(works
     assert "\x07" not in screen and "\x1b]" not in screen  # no OSC sequence of theirs got through
     assert "Look\\x1b]52;c;cHduZWQ=\\x07 here." in screen and "Done\\x1b]0;owned\\x07." in screen
     assert "read no\\x1b]52;c;cHduZWQ=\\x07such.txt" in screen  # the tool line shows the argument
+
+
+def test_f7_workflow_cli_never_sends_a_scripts_or_steps_escape_sequences_to_the_terminal(
+    workspace: Path,
+) -> None:
+    """A step id, a step's output (in its failure message) and the run's error carry escapes; the live
+    progress, the report, ``status`` and ``history`` all show them. Before, each was written raw."""
+    flow = workspace / "flow.js"
+    title = json.dumps(TITLE)
+    flow.write_text(
+        "async function run(wf) {\n"
+        f"  await wf.step('one' + {title}, 'bash', {{command: 'echo ok'}});\n"
+        "  await wf.step('two', 'bash', {command: \"printf 'x\\\\033]52;c;cHduZWQ=\\\\007y'; exit 3\"});\n"
+        "}\n"
+    )
+    screen, code = run_on_terminal(["workflow", "run", "flow.js", "--run-id", "esc-1"], workspace, {}, [])
+    assert code == 1, screen
+    assert "\x07" not in screen and "\x1b]" not in screen, screen
+    assert "one\\x1b]0;owned\\x07" in screen  # the progress line and the report show the step id
+    assert "x\\x1b]52;c;cHduZWQ=\\x07y" in screen  # the failure message shows the step's output
+    for command in (["workflow", "status", "esc-1"], ["workflow", "history", "esc-1"]):
+        screen, code = run_on_terminal(command, workspace, {}, [])
+        assert code == 0, screen
+        assert "\x07" not in screen and "\x1b]" not in screen, screen
+    assert "one\\x1b]0;owned\\x07" in screen  # history names the step

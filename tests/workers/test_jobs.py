@@ -9,6 +9,7 @@ one's result instead of running the tool again.
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -236,3 +237,32 @@ def test_f1_a_job_whose_caller_ignores_celerys_result_returns_only_a_summary() -
     """The full result travels on the run's result list; Celery's return value is a short summary."""
     data = {"name": "read", "output": "x" * 10_000, "exit_code": 1, "error_kind": {"type": "timeout"}}
     assert return_value(data) == {"name": "read", "exit_code": 1, "error_kind": "timeout"}
+
+
+def test_f3_a_cancelled_step_is_stored_unfinished_and_its_next_delivery_runs_it(
+    rt: WorkerRuntime, run_id: str, workspace: Path
+) -> None:
+    """A workflow whose driver was cancelled (Ctrl-C, a closed session) cancels its steps' jobs; resumed,
+    it sends the same step again under the same idempotency key. Before, the cancelled job was stored
+    as the step's *completed* result: the resumed run recovered the cancellation and never ran the
+    step. Now the store has it as failed, and the next delivery claims and runs it."""
+    env = _envelope(
+        workspace,
+        run_id,
+        tool="append_once",
+        args={"path": "side.txt", "key": "k", "delay_ms": 2000},
+        idempotency_key=f"wf:{run_id}:step",
+    )
+    task_id = str(uuid.uuid4())
+    flag = threading.Timer(0.3, lambda: rt.client.set(FleetKeys().cancel(task_id), 1, ex=60))
+    flag.start()
+    try:
+        first = run_job(env, Delivery(task_id), rt)
+    finally:
+        flag.cancel()
+    assert first["error_kind"]["type"] == "cancelled", first
+    assert not (workspace / "side.txt").exists()  # stopped before its effect
+    again = run_job(env, Delivery(str(uuid.uuid4())), rt)  # the resumed run's job for the same step
+    assert again["exit_code"] == 0 and again["output"] == "k appended", again
+    assert "recovered_attempt" not in again["metadata"]["a3s_fleet"]
+    assert (workspace / "side.txt").read_text() == "k\n"
