@@ -13,8 +13,9 @@ match the file name), ``description`` (required), optional ``tools`` (a YAML lis
 separated by commas or spaces; ``Read``/``Grep``/``Glob``/``Bash``… map onto this surface; absent =
 the session's tools), ``model`` (``provider:model``), ``max_steps`` (1–1000); the body is the system
 prompt. Files are read below the host's state directory one component at a time without following a
-symlink (``kernel.statedir``, the race-free path for ``.a3s``), at most ``MAX_AGENT_BYTES``; a
-definition that breaks a rule is ``invalid_argument`` naming the file. An unknown name is
+symlink (``kernel.statedir``, the race-free path for ``.a3s``), at most ``MAX_AGENT_BYTES``; the front
+matter is read by ``kernel.front_matter`` (safe loader, alias bombs and unbuildable values refused,
+typed); a definition that breaks a rule is ``invalid_argument`` naming the file. An unknown name is
 ``not_found`` listing the agents that exist. Workspaces without a local root (``git:REPO@REV``) offer
 the built-ins only.
 """
@@ -28,6 +29,7 @@ from typing import Any
 
 from kernel.beneath import O_LIST_DIR, read_regular_at
 from kernel.errors import InvalidArgument, NotFound, PermissionDenied
+from kernel.front_matter import FrontMatterError, load_mapping, shown_value
 from kernel.statedir import open_state_dir
 from kernel.workspace import Workspace
 
@@ -199,8 +201,6 @@ def _read_agent_file(root: Any, file: str) -> bytes | None:
 
 def parse_agent_md(data: bytes, *, source: str, expect_name: str | None = None) -> AgentDef:
     """Parse an agent file (front matter + system prompt); ``InvalidArgument`` naming what is wrong."""
-    import yaml
-
     if len(data) > MAX_AGENT_BYTES:
         raise InvalidArgument(f"{source}: larger than {MAX_AGENT_BYTES} bytes")
     try:
@@ -217,19 +217,13 @@ def parse_agent_md(data: bytes, *, source: str, expect_name: str | None = None) 
     if len(front.encode("utf-8")) > MAX_FRONT_MATTER_BYTES:
         raise InvalidArgument(f"{source}: front matter is larger than {MAX_FRONT_MATTER_BYTES} bytes")
     try:
-        meta = yaml.safe_load(front)
-    except yaml.YAMLError as exc:
-        raise InvalidArgument(
-            f"{source}: front matter is not valid YAML ({' '.join(str(exc).split())[:300]})"
-        ) from None
-    except RecursionError:
-        raise InvalidArgument(f"{source}: front matter is nested too deeply") from None
-    if not isinstance(meta, dict):
-        raise InvalidArgument(f"{source}: front matter must be a mapping")
+        meta = load_mapping(front)
+    except FrontMatterError as exc:
+        raise InvalidArgument(f"{source}: front matter {exc.message}", reason=exc.reason) from None
     name = meta.get("name")
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise InvalidArgument(
-            f"{source}: name {str(name)[:80]!r} is invalid (letters, digits, '_', '.', '-')"
+            f"{source}: name {shown_value(name)} is invalid (letters, digits, '_', '.', '-')"
         )
     if expect_name is not None and name != expect_name:
         raise InvalidArgument(

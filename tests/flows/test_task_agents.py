@@ -133,3 +133,33 @@ def test_tools_accept_a_string_and_star_means_the_session_tools() -> None:
     assert parse_tools(None) is None
     defn = parse_agent_md(b"---\nname: y\ndescription: d\n---\n", source="y.md")
     assert defn.tools is None and "sub-agent" in defn.system_prompt
+
+
+@pytest.mark.parametrize(
+    ("front", "why"),
+    [
+        ("name: x\ndescription: d\nwhen: 2001-99-99 10:00:00\n", "cannot be built (ValueError"),
+        ("name: x\ndescription: !!float x\n", "cannot be built (ValueError"),
+        ("? [a, b]\n: 1\nname: x\n", "not valid YAML"),
+        ("name: 0x" + "f" * 9000 + "\ndescription: d\n", "name (type int) is invalid"),
+        ("a: &a [1, *a]\nname: x\n", "refers to its own anchor"),
+    ],
+)
+def test_x3_front_matter_that_cannot_be_built_is_invalid_not_an_exception(front: str, why: str) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        parse_agent_md(f"---\n{front}---\n".encode(), source=".a3s/agents/x.md", expect_name="x")
+    assert info.value.message.startswith(".a3s/agents/x.md: ") and why in info.value.message
+
+
+def test_x3_an_alias_bomb_agent_is_skipped_naming_the_problem(tmp_path: Path) -> None:
+    lines = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefg", "bcdefgh", strict=True)]
+    write_agent(tmp_path, "bomb", "---\n" + "\n".join(lines) + "\nname: *h\ndescription: *h\n---\n")
+    write_agent(tmp_path, "late", "---\nname: late\ndescription: d\nwhen: 2001-13-01\n---\n")
+    agents, warnings = list_agents(LocalWorkspace(tmp_path))
+    assert [a.name for a in agents] == ["general", "explore", "verification"]
+    assert any("bomb.md" in w and "alias bomb" in w for w in warnings)
+    assert any("late.md" in w and "ValueError" in w for w in warnings)
+    with pytest.raises(InvalidArgument) as info:
+        resolve_agent(LocalWorkspace(tmp_path), "bomb")
+    assert info.value.to_kind().get("reason") == "alias_bomb"

@@ -214,6 +214,21 @@ def test_m2_front_matter_is_parsed_safely_and_bounded() -> None:
     assert parse_allowed_tools("Grep, Glob, WebFetch") == ("search(grep)", "search(glob)", "web_fetch")
 
 
+def test_m2_front_matter_that_cannot_be_built_skips_the_skill_with_a_warning(skilled: Path) -> None:
+    from tools.skills.catalog import discover_workspace_skills
+
+    write_skill(skilled, "bad-date", "d", extra="when: 2001-99-99 10:00:00\n")
+    write_skill(skilled, "bad-key", "d", extra="? [a, b]\n: 1\n")
+    lines = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefg", "bcdefgh", strict=True)]
+    write_skill(skilled, "bomb", "d", extra="\n".join(lines) + "\nmore: *h\n")
+    skills, warnings = discover_workspace_skills(skilled)
+    assert [s.name for s in skills] == ["code-review", "pdf-forms", "release-notes"]
+    assert any("bad-date" in w and "ValueError" in w for w in warnings)
+    assert any("bad-key" in w and "not valid YAML" in w for w in warnings)
+    assert any("skills/bomb" in w and "alias bomb" in w for w in warnings)
+
+
 def test_m2_a_broken_skill_is_skipped_with_a_warning(agent: Agent, skilled: Path) -> None:
     broken = skilled / ".a3s" / "skills" / "broken"
     broken.mkdir()
