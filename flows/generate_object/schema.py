@@ -27,9 +27,9 @@ class ObjectSchema:
         import jsonschema  # on first use: not with every session build (CLI start-up, issue 13 item 7)
 
         self.schema = schema
-        from kernel.schema_patterns import linear_validator  # patterns by RE2, not re (K-4)
+        from kernel.schema_refs import ref_validator  # RE2 patterns (K-4); local refs, crawled once
 
-        self._validator = linear_validator(jsonschema.Draft202012Validator)(schema)
+        self._validator = ref_validator(jsonschema.Draft202012Validator, schema)
         self.wrapped = schema.get("type") != "object"
 
     def errors(self, value: Any) -> list[str]:

@@ -162,10 +162,13 @@ def structured_answer(text: str, schema: dict[str, Any]) -> tuple[Any, list[str]
         return None, [f"the final answer is not JSON ({exc})"]
     import jsonschema  # on first use: session builds stay free of it (CLI start-up, issue 13 item 7)
 
-    from kernel.schema_patterns import linear_validator  # the model wrote both: RE2, not re (K-4)
+    from kernel.schema_refs import RefRefused, ref_validator  # the model wrote both: RE2, local refs
     from kernel.schema_steps import ValidationTooCostly, bounded_errors
 
-    validator = linear_validator(jsonschema.Draft202012Validator)(schema)
+    try:
+        validator = ref_validator(jsonschema.Draft202012Validator, schema)
+    except RefRefused as exc:  # checked with the call's arguments; a stored plan is checked again
+        return value, [f"$: output_schema {exc}"]
     try:
         found = bounded_errors(validator, value)  # a $ref tree can be exponential: bounded (K-8)
     except ValidationTooCostly as exc:

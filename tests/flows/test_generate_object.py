@@ -119,6 +119,16 @@ def test_g4_gives_up_after_max_repair_attempts(agent: Agent, workspace: Path, en
         ({"schema": PERSON, "prompt": "   "}, "/prompt"),
         ({"schema": {"type": "frobnicate"}, "prompt": "x"}, "/schema"),
         ({"schema": {"$ref": "https://example.com/s.json"}, "prompt": "x"}, "/schema"),
+        # G-2: every reference local and resolvable (kernel.schema_refs): $dynamicRef too, nothing fetched
+        (
+            {"schema": {"type": "array", "items": {"$dynamicRef": "http://127.0.0.1:9/s"}}, "prompt": "x"},
+            "/schema",
+        ),
+        (
+            {"schema": {"type": "object", "properties": {"a": {"$ref": "#/$defs/gone"}}}, "prompt": "x"},
+            "/schema",
+        ),
+        ({"schema": {"type": "object", "properties": {"a": {"$ref": "#/type"}}}, "prompt": "x"}, "/schema"),
         ({"schema": "not an object", "prompt": "x"}, "/schema"),
         ({"schema": PERSON, "prompt": "x", "schema_name": "has space"}, "/schema_name"),
         ({"schema": PERSON, "prompt": "x", "schema_name": "a" * 60}, "/schema_name"),
