@@ -6,7 +6,8 @@ the model in a repair round. ``tool_parameters`` is the schema as a forced tool'
 tool's arguments are always an object, so a non-object root (an array, an enum…) is wrapped as
 ``{"value": …}`` with its ``$defs`` lifted to the wrapper so local references still resolve, and
 ``unwrap`` takes the value back out. ``extract_json`` reads a JSON value out of a text reply
-(a bare value, or one fenced in Markdown, or the outermost ``{…}``/``[…]`` in prose).
+(a bare value, or one fenced in Markdown, or the outermost ``{…}``/``[…]`` in prose), nested at most
+``MAX_ANSWER_DEPTH`` levels (``TooDeep`` otherwise).
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ import json
 import re
 from typing import Any
 
-from kernel.call_args import long_int_reason
+from kernel.call_args import depth_within, long_int_reason
 
 MAX_REPORTED_ERRORS = 8
+# An answer nests at most this deep (as a call's arguments do, ``kernel.call_args.MAX_ARGS_DEPTH``):
+# deeper, ``json.loads`` or jsonschema's recursive descent raised RecursionError out of the call.
+MAX_ANSWER_DEPTH = 64
 WRAP_KEY = "value"
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.S)
 
@@ -70,17 +74,40 @@ class NotJson(ValueError):
     """The reply held no parseable JSON value (a repair round tells the model so)."""
 
 
+class TooDeep(NotJson):
+    """The reply's value nests deeper than ``MAX_ANSWER_DEPTH`` (a repair round tells the model so;
+    the final error has ``reason: too_deep``)."""
+
+    def __init__(self) -> None:
+        super().__init__(f"the value nests more than {MAX_ANSWER_DEPTH} levels deep")
+
+
+def loads(text: str) -> Any:
+    """``json.loads``, bounded: ``TooDeep`` instead of RecursionError or a value nested too deeply."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise TooDeep() from None
+    if not depth_within(value, MAX_ANSWER_DEPTH):
+        raise TooDeep()
+    return value
+
+
 def extract_json(text: str) -> Any:
     stripped = text.strip()
     if not stripped:
         raise NotJson("the reply was empty")
     try:
-        return json.loads(stripped)
+        return loads(stripped)
+    except TooDeep:
+        raise
     except ValueError:
         pass
     for block in _FENCE.findall(stripped):
         try:
-            return json.loads(block.strip())
+            return loads(block.strip())
+        except TooDeep:
+            raise
         except ValueError:
             continue
     starts = [i for i in (stripped.find("{"), stripped.find("[")) if i >= 0]
@@ -90,7 +117,9 @@ def extract_json(text: str) -> Any:
         end = stripped.rfind(closer)
         if end > start:
             try:
-                return json.loads(stripped[start : end + 1])
+                return loads(stripped[start : end + 1])
+            except TooDeep:
+                raise
             except json.JSONDecodeError as exc:
                 raise NotJson(f"the reply is not valid JSON ({exc})") from None
             except ValueError as exc:  # valid JSON over Python's int-string limit

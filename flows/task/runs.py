@@ -22,12 +22,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernel.call_args import depth_within
 from kernel.errors import BudgetExhausted, InvalidArgument
 from kernel.result import ToolResult
 
 DEFAULT_MAX_STEPS = 50  # as the agent loop's default (issue 8)
 MAX_SCHEMA_REPAIRS = 2
 MAX_SCHEMA_ERRORS = 8
+MAX_ANSWER_DEPTH = 64  # as generate_object's answers (flows.generate_object.schema)
+_TOO_DEEP = f"$: the final answer nests more than {MAX_ANSWER_DEPTH} levels deep"
 
 
 @dataclass
@@ -160,6 +163,10 @@ def structured_answer(text: str, schema: dict[str, Any]) -> tuple[Any, list[str]
         value = json.loads(body)
     except ValueError as exc:
         return None, [f"the final answer is not JSON ({exc})"]
+    except RecursionError:  # deeper than json.loads goes
+        return None, [_TOO_DEEP]
+    if not depth_within(value, MAX_ANSWER_DEPTH):  # jsonschema's recursive descent would raise
+        return None, [_TOO_DEEP]
     import jsonschema  # on first use: session builds stay free of it (CLI start-up, issue 13 item 7)
 
     from kernel.schema_refs import RefRefused, ref_validator  # the model wrote both: RE2, local refs

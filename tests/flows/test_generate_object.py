@@ -396,3 +396,33 @@ def test_g5_a_stream_that_keeps_failing_falls_back_to_one_blocking_request(
         streamed = [bool(r.body.get("stream")) for r in srv.requests]
     assert out["object"] == {"name": "Ho", "age": 2}
     assert streamed == [True, True, True, False]
+
+
+TREE = {
+    "type": "object",
+    "properties": {"tree": {"$ref": "#/$defs/node"}},
+    "required": ["tree"],
+    "$defs": {"node": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+}
+
+
+@pytest.mark.parametrize("depth", [500, 100_000])
+def test_g2_an_answer_nested_too_deeply_is_repaired_not_a_recursion_error(
+    agent: Agent, workspace: Path, env: Any, depth: int
+) -> None:
+    """G-2/G-4: an answer nesting past 64 levels (jsonschema's descent or json.loads raised
+    RecursionError) goes back to the model as a validation error; still too deep at the end, the
+    call fails ``invalid_argument`` with ``reason: too_deep``."""
+    deep = '{"tree": ' + "[" * depth + "]" * depth + "}"
+    script = [_object_turn(deep), _object_turn({"tree": [[], [[]]]})]
+    with env(ScriptedOpenAIServer(script)) as srv:
+        out = agent.session(workspace).generate_object(TREE, "A tree.")
+        feedback = next(m for m in srv.requests[1].body["messages"] if m["role"] == "tool")["content"]
+    assert out["object"] == {"tree": [[], [[]]]} and out["repair_rounds"] == 1
+    assert "nests more than 64 levels deep" in feedback
+    with env(ScriptedOpenAIServer([_object_turn(deep)])):
+        result = agent.session(workspace).tool(
+            "generate_object", {"schema": TREE, "prompt": "A tree.", "max_repair_attempts": 0}
+        )
+    assert result.exit_code == 1 and result.error_kind["type"] == "invalid_argument"
+    assert result.error_kind["reason"] == "too_deep"
