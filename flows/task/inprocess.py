@@ -16,6 +16,8 @@ import abc
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
+import time
 from typing import Any
 
 from flows.fanout import Branch, FanOutPolicy, fan_out
@@ -24,8 +26,10 @@ from flows.task.result import TaskResult, task_outcome
 from flows.task.settle import known_spend
 from flows.task.tool import TaskCall
 from kernel.context import ToolContext
-from kernel.errors import NotFound, Timeout
+from kernel.errors import NotFound, Timeout, error_from_exception
 from kernel.result import ToolResult
+
+log = logging.getLogger(__name__)
 
 BACKGROUND_KEEP = 256
 CLOSE_SETTLE_S = 5.0  # finished background results kept per session for task_result()
@@ -111,6 +115,28 @@ class ChildFanOut(abc.ABC):
     async def run_one(self, ctx: ToolContext, call: TaskCall, spec: ChildSpec, session_id: str) -> TaskResult:
         """Run one child to its end (never raises for the child's own failure)."""
 
+    async def run_one_typed(
+        self, ctx: ToolContext, call: TaskCall, spec: ChildSpec, session_id: str
+    ) -> TaskResult:
+        """``run_one``, and a runner that raises (a session that cannot be built, a defect) is that
+        child's ``failed`` result with the typed error (K-8): the call still returns a result, a
+        background handle still ends with one ``subagent_end`` and a ``task_result``."""
+        started = time.monotonic()
+        try:
+            return await self.run_one(ctx, call, spec, session_id)
+        except Exception as exc:
+            log.error("task child %s (%s) runner raised", spec.task_id, spec.agent.name, exc_info=exc)
+            return TaskResult.aborted(
+                task_id=spec.task_id,
+                index=spec.index,
+                agent=spec.agent.name,
+                description=spec.description,
+                session_id=session_id,
+                completion="failed",
+                error_kind=error_from_exception(exc, call.tool).to_kind(),
+                duration_ms=int((time.monotonic() - started) * 1000),
+            )
+
     async def run(self, ctx: ToolContext, call: TaskCall) -> ToolResult:
         if call.background:
             return self._start_background(ctx, call)
@@ -127,7 +153,7 @@ class ChildFanOut(abc.ABC):
                 sessions[index] = sid
                 call.started.add(index)  # from here on it may spend (flows.task.settle)
                 emit(ctx, "subagent_start", start_data(spec, sid))
-                result = await children.run_one(ctx, call, spec, sid)
+                result = await children.run_one_typed(ctx, call, spec, sid)
                 results[index] = result
                 spend = known_spend(result.usage)
                 if spend is not None:
@@ -193,7 +219,7 @@ class ChildFanOut(abc.ABC):
         result: TaskResult | None = None
         timeout_ms = call.timeout_ms
         try:
-            child = self.run_one(ctx, call, spec, sid)
+            child = self.run_one_typed(ctx, call, spec, sid)
             if timeout_ms is None:
                 result = await child
             else:
