@@ -16,7 +16,7 @@ prompt. Files are read below the host's state directory one component at a time 
 symlink (``kernel.statedir``, the race-free path for ``.a3s``), at most ``MAX_AGENT_BYTES``; the front
 matter is read by ``kernel.front_matter`` (safe loader, alias bombs and unbuildable values refused,
 typed); a definition that breaks a rule is ``invalid_argument`` naming the file. An unknown name is
-``not_found`` listing the agents that exist. Workspaces without a local root (``git:REPO@REV``) offer
+``not_found`` listing the agents that exist (by file name: no definition is parsed to say so). Workspaces without a local root (``git:REPO@REV``) offer
 the built-ins only.
 """
 
@@ -142,8 +142,41 @@ def resolve_agent(workspace: Workspace, name: str) -> AgentDef:
         data = _read_agent_file(workspace.root, f"{name}.md")
         if data is not None:
             return parse_agent_md(data, source=f".a3s/agents/{name}.md", expect_name=name)
-    known = ", ".join(a.name for a in list_agents(workspace)[0])
+    known = ", ".join(agent_names(workspace))
     raise NotFound(f"unknown agent {name[:80]!r}; available agents: {known}", path=name)
+
+
+def agent_names(workspace: Workspace) -> list[str]:
+    """The names an unknown agent's error lists: built-ins, then the workspace's agent files by name
+    (at most ``MAX_LISTED_AGENTS``), without reading them — a wrong name costs one directory
+    listing, not a parse of every definition (256 files of up to 64 KiB each)."""
+    names = list(BUILTIN_AGENTS)
+    root = workspace.root
+    if root is None:
+        return names
+    try:
+        directory = open_state_dir(root, AGENTS_DIR, create=False)
+    except (PermissionDenied, OSError):
+        return names
+    with directory:
+        try:
+            files = _agent_files(directory.fd)
+        except OSError:
+            return names
+    for file in files:
+        name = file[: -len(".md")]
+        if name not in BUILTIN_AGENTS and NAME_RE.match(name):
+            names.append(name)
+    return names
+
+
+def _agent_files(dir_fd: int) -> list[str]:
+    """The first ``MAX_LISTED_AGENTS`` ``*.md`` names of the agents directory, sorted."""
+    listing = os.open(".", O_LIST_DIR, dir_fd=dir_fd)
+    try:
+        return sorted(e.name for e in os.scandir(listing) if e.name.endswith(".md"))[:MAX_LISTED_AGENTS]
+    finally:
+        os.close(listing)
 
 
 def list_agents(workspace: Workspace) -> tuple[list[AgentDef], list[str]]:
@@ -160,12 +193,7 @@ def list_agents(workspace: Workspace) -> tuple[list[AgentDef], list[str]]:
     except (PermissionDenied, OSError) as exc:
         return agents, [f"agents: cannot open .a3s/agents ({getattr(exc, 'message', None) or exc})"]
     with directory:
-        listing = os.open(".", O_LIST_DIR, dir_fd=directory.fd)
-        try:
-            names = sorted(e.name for e in os.scandir(listing) if e.name.endswith(".md"))
-        finally:
-            os.close(listing)
-        for file in names[:MAX_LISTED_AGENTS]:
+        for file in _agent_files(directory.fd):
             name = file[: -len(".md")]
             label = f".a3s/agents/{file}"
             if name in BUILTIN_AGENTS:

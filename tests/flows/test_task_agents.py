@@ -81,6 +81,27 @@ def test_unknown_agent_is_not_found_naming_the_available_ones(tmp_path: Path) ->
     assert "general, explore, verification, reviewer" in info.value.message
 
 
+def test_x3_an_unknown_agent_is_named_without_parsing_every_definition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrong name costs one directory listing: every definition file was parsed (up to 256 of
+    64 KiB each) only to list the names in the error."""
+    import flows.task.agents as agents
+
+    for name in ("reviewer", "planner"):
+        write_agent(tmp_path, name, REVIEWER.replace("reviewer", name))
+    write_agent(tmp_path, "explore", REVIEWER)  # a built-in name: not listed twice
+
+    def no_parse(*_args: object, **_kw: object) -> None:
+        raise AssertionError("a definition was parsed")
+
+    monkeypatch.setattr(agents, "parse_agent_md", no_parse)
+    with pytest.raises(NotFound) as info:
+        resolve_agent(LocalWorkspace(tmp_path), "nobody" * 40)
+    assert "unknown agent 'nobodynobody" in info.value.message
+    assert info.value.message.endswith("available agents: general, explore, verification, planner, reviewer")
+
+
 def test_builtin_names_cannot_be_redefined_by_a_workspace(tmp_path: Path) -> None:
     write_agent(tmp_path, "explore", REVIEWER.replace("reviewer", "explore"))
     assert resolve_agent(LocalWorkspace(tmp_path), "explore") is BUILTIN_AGENTS["explore"]
