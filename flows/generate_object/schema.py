@@ -1,9 +1,9 @@
 """Validating the model's object against the caller's schema, and getting JSON out of a reply (G-2, G-3).
 
 ``ObjectSchema`` compiles the caller's schema once (draft 2020-12, local ``$ref``/``$defs``) and
-reports at most ``MAX_REPORTED_ERRORS`` errors as ``"<json path>: <message>"`` — what goes back to
-the model in a repair round. ``tool_parameters`` is the schema as a forced tool's parameters: a
-tool's arguments are always an object, so a non-object root (an array, an enum…) is wrapped as
+reports at most ``MAX_REPORTED_ERRORS`` errors as ``"<json path>: <message>"``, each cut to
+``MAX_ERROR_CHARS`` — what goes back to the model in a repair round. ``tool_parameters`` is the
+schema as a forced tool's parameters: a tool's arguments are always an object, so a non-object root (an array, an enum…) is wrapped as
 ``{"value": …}`` with its ``$defs`` lifted to the wrapper so local references still resolve, and
 ``unwrap`` takes the value back out. ``extract_json`` reads a JSON value out of a text reply
 (a bare value, or one fenced in Markdown, or the outermost ``{…}``/``[…]`` in prose), nested at most
@@ -19,6 +19,7 @@ from typing import Any
 from kernel.call_args import depth_within, long_int_reason
 
 MAX_REPORTED_ERRORS = 8
+MAX_ERROR_CHARS = 300  # per reported error, its JSON path included
 # An answer nests at most this deep (as a call's arguments do, ``kernel.call_args.MAX_ARGS_DEPTH``):
 # deeper, ``json.loads`` or jsonschema's recursive descent raised RecursionError out of the call.
 MAX_ANSWER_DEPTH = 64
@@ -43,7 +44,9 @@ class ObjectSchema:
         found = sorted(
             bounded_errors(self._validator, value), key=lambda e: (len(e.absolute_path), str(e.message))
         )
-        return [f"{e.json_path}: {_short(e.message)}" for e in found[:MAX_REPORTED_ERRORS]]
+        # Each line whole is cut, path included: the model names the keys, and a 60 KiB key made
+        # its path (and so the repair message) as long, eight times over.
+        return [_short(f"{e.json_path}: {e.message}") for e in found[:MAX_REPORTED_ERRORS]]
 
     def tool_parameters(self) -> dict[str, Any]:
         if not self.wrapped:
@@ -66,7 +69,7 @@ class ObjectSchema:
         return arguments
 
 
-def _short(message: str, limit: int = 300) -> str:
+def _short(message: str, limit: int = MAX_ERROR_CHARS) -> str:
     return message if len(message) <= limit else message[:limit] + "…"
 
 

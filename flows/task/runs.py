@@ -29,6 +29,7 @@ from kernel.result import ToolResult
 DEFAULT_MAX_STEPS = 50  # as the agent loop's default (issue 8)
 MAX_SCHEMA_REPAIRS = 2
 MAX_SCHEMA_ERRORS = 8
+MAX_ERROR_CHARS = 300  # per error fed back to the model (generate_object's bound)
 MAX_ANSWER_DEPTH = 64  # as generate_object's answers (flows.generate_object.schema)
 _TOO_DEEP = f"$: the final answer nests more than {MAX_ANSWER_DEPTH} levels deep"
 
@@ -182,9 +183,10 @@ def structured_answer(text: str, schema: dict[str, Any]) -> tuple[Any, list[str]
         return value, [f"$: {exc.message}"]
     errors = [
         f"{'/' + '/'.join(str(p) for p in e.absolute_path) if e.absolute_path else '$'}: {e.message}"
-        for e in sorted(found, key=lambda e: list(e.absolute_path))
+        for e in sorted(found, key=lambda e: list(e.absolute_path))[:MAX_SCHEMA_ERRORS]
     ]
-    return value, errors[:MAX_SCHEMA_ERRORS]
+    # Each cut, as generate_object's: the message quotes the answer (an enum miss is its repr, whole).
+    return value, [e if len(e) <= MAX_ERROR_CHARS else e[:MAX_ERROR_CHARS] + "…" for e in errors]
 
 
 def usage_json(usage: Any) -> dict[str, Any]:

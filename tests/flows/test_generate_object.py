@@ -426,3 +426,26 @@ def test_g2_an_answer_nested_too_deeply_is_repaired_not_a_recursion_error(
         )
     assert result.exit_code == 1 and result.error_kind["type"] == "invalid_argument"
     assert result.error_kind["reason"] == "too_deep"
+
+
+def test_g4_each_error_fed_back_for_repair_is_cut_to_300_characters(
+    agent: Agent, workspace: Path, env: Any
+) -> None:
+    """G-4: the model names the keys, and a long key made the path in each error (and so the
+    repair message) as long; every error line, path included, is at most 300 characters (+ "…")."""
+    schema = {"type": "object", "additionalProperties": {"type": "integer"}}
+    bad = {f"{i}" + "k" * 5000: "x" for i in range(8)}
+    with env(ScriptedOpenAIServer([_object_turn(bad), _object_turn({"ok": 1})])) as srv:
+        out = agent.session(workspace).generate_object(schema, "Numbers.")
+        feedback = next(m for m in srv.requests[1].body["messages"] if m["role"] == "tool")["content"]
+    assert out["object"] == {"ok": 1}
+    lines = [line[2:] for line in feedback.splitlines() if line.startswith("- ")]
+    assert len(lines) == 8 and all(len(line) <= 301 for line in lines)
+    assert all(line.startswith("$") and line.endswith("…") for line in lines)
+
+
+def test_x3_each_output_schema_error_fed_back_is_cut_to_300_characters() -> None:
+    from flows.task.runs import structured_answer
+
+    _, errors = structured_answer(json.dumps({"v": "z" * 10_000}), {"properties": {"v": {"enum": ["a"]}}})
+    assert len(errors) == 1 and len(errors[0]) == 301 and errors[0].startswith("/v: 'zzz")
