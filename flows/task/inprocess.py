@@ -16,6 +16,7 @@ import abc
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import time
 from typing import Any
@@ -27,6 +28,7 @@ from flows.task.settle import known_spend
 from flows.task.tool import TaskCall
 from kernel.context import ToolContext
 from kernel.errors import NotFound, Timeout, error_from_exception
+from kernel.redact import DefaultSecretRedactor, SecretRedactor
 from kernel.result import ToolResult
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,11 @@ def emit(ctx: ToolContext, type_: str, data: dict[str, Any]) -> None:
         emitter(type_, data)
 
 
+def _redactor(ctx: ToolContext) -> SecretRedactor | None:
+    """The session's secret redactor (``SessionOptions.secret_redactor``; None: the default)."""
+    return getattr(getattr(ctx, "settings", None), "secret_redactor", None)
+
+
 def start_data(spec: ChildSpec, session_id: str, background: bool = False) -> dict[str, Any]:
     return {
         "task_id": spec.task_id,
@@ -53,7 +60,27 @@ def start_data(spec: ChildSpec, session_id: str, background: bool = False) -> di
     }
 
 
-def end_data(result: TaskResult, background: bool = False) -> dict[str, Any]:
+@functools.lru_cache(maxsize=1)
+def _default_redactor() -> SecretRedactor:
+    return DefaultSecretRedactor()
+
+
+def redacted_result(result: TaskResult, redactor: SecretRedactor | None = None) -> dict[str, Any]:
+    """``result.to_json()`` with its text redacted as the kernel redacts the ``task`` call's own
+    output (K-3 security provider): the event stream must not carry what the model is not shown."""
+    r = redactor or _default_redactor()
+    data = result.to_json()
+    data["output"] = r.redact(data["output"])
+    kind = data.get("error_kind")
+    if isinstance(kind, dict):
+        data["error_kind"] = {k: r.redact(v) if isinstance(v, str) else v for k, v in kind.items()}
+    return data
+
+
+def end_data(
+    result: TaskResult, background: bool = False, redactor: SecretRedactor | None = None
+) -> dict[str, Any]:
+    """The ``subagent_end`` event's data; ``redactor`` is the session's (the default one without)."""
     return {
         "task_id": result.task_id,
         "index": result.index,
@@ -63,7 +90,7 @@ def end_data(result: TaskResult, background: bool = False) -> dict[str, Any]:
         "background": background,
         "success": result.success,
         "completion": result.completion,
-        "result": result.to_json(),
+        "result": redacted_result(result, redactor),
     }
 
 
@@ -177,13 +204,13 @@ class ChildFanOut(abc.ABC):
                         description=spec.description,
                         session_id=sid,
                     )
-                    emit(ctx, "subagent_end", end_data(results.get(i) or aborted))
+                    emit(ctx, "subagent_end", end_data(results.get(i) or aborted, False, _redactor(ctx)))
             raise
         final = collect(call, fan.outcomes, results, sessions)
         for result in final:
             if result.index in sessions:
                 ended.add(result.index)
-                emit(ctx, "subagent_end", end_data(result))
+                emit(ctx, "subagent_end", end_data(result, False, _redactor(ctx)))
         return task_outcome(
             call.tool,
             final,
@@ -245,7 +272,7 @@ class ChildFanOut(abc.ABC):
                 session_id=sid,
             )
             self._finish(spec.task_id, final)
-            emit(ctx, "subagent_end", end_data(final, background=True))
+            emit(ctx, "subagent_end", end_data(final, True, _redactor(ctx)))
 
     def _finish(self, task_id: str, result: TaskResult) -> None:
         self._background.pop(task_id, None)

@@ -4,6 +4,7 @@ with their own sessions; the parent sees their bounded results (SPEC X-3, X-4, K
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -425,3 +426,20 @@ def test_k8_x3_a_child_runner_that_raises_is_a_failed_typed_result(model, agent,
     assert done["completion"] == "failed" and done["error_kind"]["type"] == "internal_error"
     ends = [e.data for e in session.events() if e.type == "subagent_end"]
     assert len(ends) == 3 and all(e["completion"] == "failed" for e in ends)
+
+
+def test_k3_x3_subagent_end_carries_the_childs_output_redacted(model, agent, ws) -> None:
+    """K-3: the ``task`` call's output is redacted by the kernel; the ``subagent_end`` event carried
+    the child's output (and error text) as the child wrote it, to every event stream."""
+    secret = "sk-" + "a1B2c3D4e5" * 4
+    model.scripts["leaky"] = [{"text": f"the key is {secret}"}]
+    model.scripts["leaky bg"] = [{"text": f"background key {secret}"}]
+    session = agent.session(str(ws), ALLOW_ALL)
+    result = session.tasks([item("leaky")])
+    assert result.exit_code == 0 and secret not in result.output
+    started = session.task(item("leaky bg"), background=True)
+    session.task_result(started.metadata["background_task"]["task_id"], timeout=30)
+    ends = [e.data for e in session.events() if e.type == "subagent_end"]
+    assert len(ends) == 2
+    for data in ends:
+        assert secret not in json.dumps(data) and "[REDACTED]" in data["result"]["output"]
