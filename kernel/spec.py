@@ -8,7 +8,8 @@ validator for ordinary arguments: pydantic is ~110 ms of start-up (issue 13 item
 when the schema is asked for or ``quick`` leaves the arguments to the model. Host tools registered
 with a raw JSON Schema are validated by a cached ``jsonschema`` validator whose patterns are
 matched by RE2 in linear time (``kernel.schema_patterns``: a schema may come from a hostile MCP
-server). Either way a failure is ``invalid_argument`` whose message names the failing JSON path
+server) and whose references must be local and resolve, checked at registration and never fetched
+(``kernel.schema_refs``). Either way a failure is ``invalid_argument`` whose message names the failing JSON path
 (``/files/0/limit: …`` or ``$: …``), at most 8 errors.
 """
 
@@ -24,7 +25,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from kernel.capabilities import ToolCapabilities
 from kernel.errors import InvalidArgument
-from kernel.schema_patterns import check_patterns, linear_validator
+from kernel.schema_patterns import check_patterns
+from kernel.schema_refs import ref_validator
 from kernel.schema_steps import bounded_errors
 
 if TYPE_CHECKING:
@@ -171,10 +173,11 @@ class ToolSpec:
 
         if len(json.dumps(self.json_schema)) > MAX_SCHEMA_BYTES:
             raise ValueError(f"tool {self.name!r}: schema is larger than {MAX_SCHEMA_BYTES} bytes")
-        cls = _validator_class(self.json_schema)
+        cls = validator_class(self.json_schema)
         cls.check_schema(self.json_schema)
         check_patterns(self.json_schema)  # a pattern RE2 cannot match in linear time refuses the tool
-        validator: jsonschema.protocols.Validator = linear_validator(cls)(self.json_schema)
+        # Every $ref local and resolvable, crawled once; nothing is ever fetched (RefRefused otherwise).
+        validator: jsonschema.protocols.Validator = ref_validator(cls, self.json_schema)
         return validator
 
     @cached_property
@@ -247,7 +250,7 @@ _DRAFTS: dict[str, str] = {
 }
 
 
-def _validator_class(schema: dict[str, Any]) -> Any:
+def validator_class(schema: dict[str, Any]) -> Any:
     """Draft 2020-12, unless ``$schema`` names another known draft (MCP servers often emit draft-07)."""
     import jsonschema
 

@@ -277,7 +277,15 @@ class AgentSegments(abc.ABC):
                     )
                 results.append(tr)
                 core.kernel.sink.emit(
-                    Event("subagent_end", g["call_id"], g["tool"], "agent", _now_ms(), None, end_data(tr))
+                    Event(
+                        "subagent_end",
+                        g["call_id"],
+                        g["tool"],
+                        "agent",
+                        _now_ms(),
+                        None,
+                        end_data(tr, False, getattr(core.kernel, "redactor", None)),
+                    )
                 )
             result = task_outcome(
                 g["tool"],

@@ -41,7 +41,7 @@ from typing import Any
 from flows.agent.model_turn import model_turn
 from flows.generate_object.params import Params
 from flows.generate_object.partial import partial_json
-from flows.generate_object.schema import NotJson, ObjectSchema, extract_json
+from flows.generate_object.schema import NotJson, ObjectSchema, TooDeep, extract_json, loads
 from flows.providers import (
     Completion,
     Message,
@@ -225,7 +225,9 @@ class _Generation:
             )
             raw = call.arguments
             try:
-                args = json.loads(raw or "{}")
+                args = loads(raw or "{}")
+            except TooDeep:
+                raise
             except json.JSONDecodeError as exc:
                 raise NotJson(f"the {call.name} arguments are not valid JSON ({exc})") from None
             except ValueError as exc:  # valid JSON over Python's int-string limit
@@ -271,11 +273,13 @@ class _Generation:
                     self.messages = [Message("user", user)]
                     continue
                 raise
+            too_deep = False
             try:
                 value, raw = self._value(completion)
                 errors = self.schema.errors(value)
             except NotJson as exc:
                 value, raw, errors = None, completion.message.content, [f"$: {exc}"]
+                too_deep = isinstance(exc, TooDeep)
             if not errors:
                 final: dict[str, Any] = {"final": True, "mode_used": self.mode, "repair_rounds": repairs}
                 size = len(json.dumps(value).encode())
@@ -292,6 +296,7 @@ class _Generation:
                     validation_errors=errors,
                     repair_rounds=repairs,
                     mode_used=self.mode,
+                    **({"reason": "too_deep"} if too_deep else {}),
                 )
             repairs += 1
             self._repair(completion, errors)

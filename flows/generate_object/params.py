@@ -2,7 +2,8 @@
 
 All of these are checked by the kernel's argument validation — before confirmation, admission or any
 model request (K-4) — and name the JSON path that failed: ``schema`` an object that is a valid
-draft 2020-12 schema (≤ 64 KiB, nesting ≤ 32, only local ``$ref``s), ``prompt`` non-blank (≤ 128 KiB),
+draft 2020-12 schema (≤ 64 KiB, nesting ≤ 32, every ``$ref``/``$dynamicRef`` local and resolvable:
+``kernel.schema_refs``, nothing is fetched), ``prompt`` non-blank (≤ 128 KiB),
 ``schema_name`` 1–59 of ``[A-Za-z0-9_-]``, ``schema_description`` ≤ 4,096 bytes, ``system`` ≤ 32 KiB,
 ``mode`` one of auto|strict|json|tool|prompt, ``max_repair_attempts`` 0–5, ``timeout_ms``
 1,000–600,000.
@@ -47,21 +48,6 @@ def _depth(value: Any) -> int:
             return depth
         stack.extend((child, depth + 1) for child in children)
     return deepest
-
-
-def _remote_refs(value: Any) -> list[str]:
-    found: list[str] = []
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            ref = item.get("$ref")
-            if isinstance(ref, str) and not ref.startswith("#"):
-                found.append(ref)
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return found
 
 
 class Params(BaseModel):
@@ -109,9 +95,6 @@ class Params(BaseModel):
             raise ValueError(f"schema is not JSON ({exc})") from None
         if size > MAX_SCHEMA_BYTES:
             raise ValueError(f"schema is larger than {MAX_SCHEMA_BYTES} bytes")
-        remote = _remote_refs(value)
-        if remote:
-            raise ValueError(f"only local $ref (#/...) is supported, not {remote[0]!r}")
         import jsonschema  # on first use: not with every session build (CLI start-up, issue 13 item 7)
 
         try:
@@ -120,8 +103,10 @@ class Params(BaseModel):
             where = "/".join(str(p) for p in exc.path) or "(root)"
             raise ValueError(f"not a valid draft 2020-12 schema at {where}: {exc.message}") from None
         from kernel.schema_patterns import check_patterns
+        from kernel.schema_refs import check_refs
 
         check_patterns(value)  # PatternRefused is a ValueError: the schema is refused before any request
+        check_refs(value, jsonschema.Draft202012Validator)  # RefRefused (ValueError): local, resolvable
         return value
 
     @field_validator("prompt")

@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kernel.call_args import depth_within
+
 MAX_CUTS = 4
+MAX_PREVIEW_DEPTH = 64  # as ``schema.MAX_ANSWER_DEPTH``: a deeper prefix gives no preview
 
 
 def _scan(text: str) -> tuple[list[str], bool, list[int]]:
@@ -60,13 +63,19 @@ def partial_json(prefix: str) -> Any:
         return None
     text = prefix[min(starts) :]
     try:
-        return json.loads(_close(text))
-    except ValueError:
+        return _preview(text)
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json.loads goes
         pass
     _, _, cuts = _scan(text)
     for cut in reversed(cuts[-MAX_CUTS:]):
         try:
-            return json.loads(_close(text[:cut]))
-        except ValueError:
+            return _preview(text[:cut])
+        except (ValueError, RecursionError):
             continue
     return None
+
+
+def _preview(text: str) -> Any:
+    value = json.loads(_close(text))
+    # A preview deeper than a final answer may be (MAX_PREVIEW_DEPTH) is not shown.
+    return value if depth_within(value, MAX_PREVIEW_DEPTH) else None

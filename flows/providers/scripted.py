@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,14 +86,31 @@ def parse_turns(data: Any, source: str) -> list[ScriptedTurn]:
 
 
 def load_script(path: str) -> list[ScriptedTurn]:
-    p = Path(os.path.expanduser(path))
+    """The turns of the script at ``path``: a regular file of at most ``MAX_SCRIPT_BYTES``.
+
+    An agent definition names its model, and the model can write ``.a3s/agents``: ``scripted:/dev/zero``
+    read without end, a FIFO blocked the open forever. The file is opened non-blocking, checked on
+    its descriptor (no race with a swap), and read to at most one byte past the bound."""
     try:
-        if p.stat().st_size > MAX_SCRIPT_BYTES:
-            raise InvalidArgument(f"scripted model file {path} is larger than {MAX_SCRIPT_BYTES} bytes")
-        data = json.loads(p.read_text(encoding="utf-8"))
+        fd = os.open(os.path.expanduser(path), os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise InvalidArgument(f"scripted model file not found: {path}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except OSError as exc:
+        raise InvalidArgument(f"scripted model file {path} is not readable ({exc.strerror or exc})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InvalidArgument(f"scripted model file {path} is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            raw = fh.read(MAX_SCRIPT_BYTES + 1)
+    except OSError as exc:
+        raise InvalidArgument(f"scripted model file {path} is not readable ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_SCRIPT_BYTES:
+        raise InvalidArgument(f"scripted model file {path} is larger than {MAX_SCRIPT_BYTES} bytes")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise InvalidArgument(f"scripted model file {path} is not readable JSON: {exc}") from None
     return parse_turns(data, path)
 

@@ -13,9 +13,10 @@ match the file name), ``description`` (required), optional ``tools`` (a YAML lis
 separated by commas or spaces; ``Read``/``Grep``/``Glob``/``Bash``… map onto this surface; absent =
 the session's tools), ``model`` (``provider:model``), ``max_steps`` (1–1000); the body is the system
 prompt. Files are read below the host's state directory one component at a time without following a
-symlink (``kernel.statedir``, the race-free path for ``.a3s``), at most ``MAX_AGENT_BYTES``; a
-definition that breaks a rule is ``invalid_argument`` naming the file. An unknown name is
-``not_found`` listing the agents that exist. Workspaces without a local root (``git:REPO@REV``) offer
+symlink (``kernel.statedir``, the race-free path for ``.a3s``), at most ``MAX_AGENT_BYTES``; the front
+matter is read by ``kernel.front_matter`` (safe loader, alias bombs and unbuildable values refused,
+typed); a definition that breaks a rule is ``invalid_argument`` naming the file. An unknown name is
+``not_found`` listing the agents that exist (by file name: no definition is parsed to say so). Workspaces without a local root (``git:REPO@REV``) offer
 the built-ins only.
 """
 
@@ -28,6 +29,7 @@ from typing import Any
 
 from kernel.beneath import O_LIST_DIR, read_regular_at
 from kernel.errors import InvalidArgument, NotFound, PermissionDenied
+from kernel.front_matter import FrontMatterError, load_mapping, shown_value
 from kernel.statedir import open_state_dir
 from kernel.workspace import Workspace
 
@@ -140,8 +142,41 @@ def resolve_agent(workspace: Workspace, name: str) -> AgentDef:
         data = _read_agent_file(workspace.root, f"{name}.md")
         if data is not None:
             return parse_agent_md(data, source=f".a3s/agents/{name}.md", expect_name=name)
-    known = ", ".join(a.name for a in list_agents(workspace)[0])
+    known = ", ".join(agent_names(workspace))
     raise NotFound(f"unknown agent {name[:80]!r}; available agents: {known}", path=name)
+
+
+def agent_names(workspace: Workspace) -> list[str]:
+    """The names an unknown agent's error lists: built-ins, then the workspace's agent files by name
+    (at most ``MAX_LISTED_AGENTS``), without reading them — a wrong name costs one directory
+    listing, not a parse of every definition (256 files of up to 64 KiB each)."""
+    names = list(BUILTIN_AGENTS)
+    root = workspace.root
+    if root is None:
+        return names
+    try:
+        directory = open_state_dir(root, AGENTS_DIR, create=False)
+    except (PermissionDenied, OSError):
+        return names
+    with directory:
+        try:
+            files = _agent_files(directory.fd)
+        except OSError:
+            return names
+    for file in files:
+        name = file[: -len(".md")]
+        if name not in BUILTIN_AGENTS and NAME_RE.match(name):
+            names.append(name)
+    return names
+
+
+def _agent_files(dir_fd: int) -> list[str]:
+    """The first ``MAX_LISTED_AGENTS`` ``*.md`` names of the agents directory, sorted."""
+    listing = os.open(".", O_LIST_DIR, dir_fd=dir_fd)
+    try:
+        return sorted(e.name for e in os.scandir(listing) if e.name.endswith(".md"))[:MAX_LISTED_AGENTS]
+    finally:
+        os.close(listing)
 
 
 def list_agents(workspace: Workspace) -> tuple[list[AgentDef], list[str]]:
@@ -158,12 +193,7 @@ def list_agents(workspace: Workspace) -> tuple[list[AgentDef], list[str]]:
     except (PermissionDenied, OSError) as exc:
         return agents, [f"agents: cannot open .a3s/agents ({getattr(exc, 'message', None) or exc})"]
     with directory:
-        listing = os.open(".", O_LIST_DIR, dir_fd=directory.fd)
-        try:
-            names = sorted(e.name for e in os.scandir(listing) if e.name.endswith(".md"))
-        finally:
-            os.close(listing)
-        for file in names[:MAX_LISTED_AGENTS]:
+        for file in _agent_files(directory.fd):
             name = file[: -len(".md")]
             label = f".a3s/agents/{file}"
             if name in BUILTIN_AGENTS:
@@ -199,8 +229,6 @@ def _read_agent_file(root: Any, file: str) -> bytes | None:
 
 def parse_agent_md(data: bytes, *, source: str, expect_name: str | None = None) -> AgentDef:
     """Parse an agent file (front matter + system prompt); ``InvalidArgument`` naming what is wrong."""
-    import yaml
-
     if len(data) > MAX_AGENT_BYTES:
         raise InvalidArgument(f"{source}: larger than {MAX_AGENT_BYTES} bytes")
     try:
@@ -217,19 +245,13 @@ def parse_agent_md(data: bytes, *, source: str, expect_name: str | None = None) 
     if len(front.encode("utf-8")) > MAX_FRONT_MATTER_BYTES:
         raise InvalidArgument(f"{source}: front matter is larger than {MAX_FRONT_MATTER_BYTES} bytes")
     try:
-        meta = yaml.safe_load(front)
-    except yaml.YAMLError as exc:
-        raise InvalidArgument(
-            f"{source}: front matter is not valid YAML ({' '.join(str(exc).split())[:300]})"
-        ) from None
-    except RecursionError:
-        raise InvalidArgument(f"{source}: front matter is nested too deeply") from None
-    if not isinstance(meta, dict):
-        raise InvalidArgument(f"{source}: front matter must be a mapping")
+        meta = load_mapping(front)
+    except FrontMatterError as exc:
+        raise InvalidArgument(f"{source}: front matter {exc.message}", reason=exc.reason) from None
     name = meta.get("name")
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise InvalidArgument(
-            f"{source}: name {str(name)[:80]!r} is invalid (letters, digits, '_', '.', '-')"
+            f"{source}: name {shown_value(name)} is invalid (letters, digits, '_', '.', '-')"
         )
     if expect_name is not None and name != expect_name:
         raise InvalidArgument(

@@ -16,6 +16,9 @@ import abc
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
+import logging
+import time
 from typing import Any
 
 from flows.fanout import Branch, FanOutPolicy, fan_out
@@ -24,8 +27,11 @@ from flows.task.result import TaskResult, task_outcome
 from flows.task.settle import known_spend
 from flows.task.tool import TaskCall
 from kernel.context import ToolContext
-from kernel.errors import NotFound, Timeout
+from kernel.errors import NotFound, Timeout, error_from_exception
+from kernel.redact import DefaultSecretRedactor, SecretRedactor
 from kernel.result import ToolResult
+
+log = logging.getLogger(__name__)
 
 BACKGROUND_KEEP = 256
 CLOSE_SETTLE_S = 5.0  # finished background results kept per session for task_result()
@@ -36,6 +42,11 @@ def emit(ctx: ToolContext, type_: str, data: dict[str, Any]) -> None:
     emitter = getattr(ctx, "emit_event", None)
     if emitter is not None:
         emitter(type_, data)
+
+
+def _redactor(ctx: ToolContext) -> SecretRedactor | None:
+    """The session's secret redactor (``SessionOptions.secret_redactor``; None: the default)."""
+    return getattr(getattr(ctx, "settings", None), "secret_redactor", None)
 
 
 def start_data(spec: ChildSpec, session_id: str, background: bool = False) -> dict[str, Any]:
@@ -49,7 +60,27 @@ def start_data(spec: ChildSpec, session_id: str, background: bool = False) -> di
     }
 
 
-def end_data(result: TaskResult, background: bool = False) -> dict[str, Any]:
+@functools.lru_cache(maxsize=1)
+def _default_redactor() -> SecretRedactor:
+    return DefaultSecretRedactor()
+
+
+def redacted_result(result: TaskResult, redactor: SecretRedactor | None = None) -> dict[str, Any]:
+    """``result.to_json()`` with its text redacted as the kernel redacts the ``task`` call's own
+    output (K-3 security provider): the event stream must not carry what the model is not shown."""
+    r = redactor or _default_redactor()
+    data = result.to_json()
+    data["output"] = r.redact(data["output"])
+    kind = data.get("error_kind")
+    if isinstance(kind, dict):
+        data["error_kind"] = {k: r.redact(v) if isinstance(v, str) else v for k, v in kind.items()}
+    return data
+
+
+def end_data(
+    result: TaskResult, background: bool = False, redactor: SecretRedactor | None = None
+) -> dict[str, Any]:
+    """The ``subagent_end`` event's data; ``redactor`` is the session's (the default one without)."""
     return {
         "task_id": result.task_id,
         "index": result.index,
@@ -59,7 +90,7 @@ def end_data(result: TaskResult, background: bool = False) -> dict[str, Any]:
         "background": background,
         "success": result.success,
         "completion": result.completion,
-        "result": result.to_json(),
+        "result": redacted_result(result, redactor),
     }
 
 
@@ -111,6 +142,28 @@ class ChildFanOut(abc.ABC):
     async def run_one(self, ctx: ToolContext, call: TaskCall, spec: ChildSpec, session_id: str) -> TaskResult:
         """Run one child to its end (never raises for the child's own failure)."""
 
+    async def run_one_typed(
+        self, ctx: ToolContext, call: TaskCall, spec: ChildSpec, session_id: str
+    ) -> TaskResult:
+        """``run_one``, and a runner that raises (a session that cannot be built, a defect) is that
+        child's ``failed`` result with the typed error (K-8): the call still returns a result, a
+        background handle still ends with one ``subagent_end`` and a ``task_result``."""
+        started = time.monotonic()
+        try:
+            return await self.run_one(ctx, call, spec, session_id)
+        except Exception as exc:
+            log.error("task child %s (%s) runner raised", spec.task_id, spec.agent.name, exc_info=exc)
+            return TaskResult.aborted(
+                task_id=spec.task_id,
+                index=spec.index,
+                agent=spec.agent.name,
+                description=spec.description,
+                session_id=session_id,
+                completion="failed",
+                error_kind=error_from_exception(exc, call.tool).to_kind(),
+                duration_ms=int((time.monotonic() - started) * 1000),
+            )
+
     async def run(self, ctx: ToolContext, call: TaskCall) -> ToolResult:
         if call.background:
             return self._start_background(ctx, call)
@@ -127,7 +180,7 @@ class ChildFanOut(abc.ABC):
                 sessions[index] = sid
                 call.started.add(index)  # from here on it may spend (flows.task.settle)
                 emit(ctx, "subagent_start", start_data(spec, sid))
-                result = await children.run_one(ctx, call, spec, sid)
+                result = await children.run_one_typed(ctx, call, spec, sid)
                 results[index] = result
                 spend = known_spend(result.usage)
                 if spend is not None:
@@ -151,13 +204,13 @@ class ChildFanOut(abc.ABC):
                         description=spec.description,
                         session_id=sid,
                     )
-                    emit(ctx, "subagent_end", end_data(results.get(i) or aborted))
+                    emit(ctx, "subagent_end", end_data(results.get(i) or aborted, False, _redactor(ctx)))
             raise
         final = collect(call, fan.outcomes, results, sessions)
         for result in final:
             if result.index in sessions:
                 ended.add(result.index)
-                emit(ctx, "subagent_end", end_data(result))
+                emit(ctx, "subagent_end", end_data(result, False, _redactor(ctx)))
         return task_outcome(
             call.tool,
             final,
@@ -193,7 +246,7 @@ class ChildFanOut(abc.ABC):
         result: TaskResult | None = None
         timeout_ms = call.timeout_ms
         try:
-            child = self.run_one(ctx, call, spec, sid)
+            child = self.run_one_typed(ctx, call, spec, sid)
             if timeout_ms is None:
                 result = await child
             else:
@@ -219,7 +272,7 @@ class ChildFanOut(abc.ABC):
                 session_id=sid,
             )
             self._finish(spec.task_id, final)
-            emit(ctx, "subagent_end", end_data(final, background=True))
+            emit(ctx, "subagent_end", end_data(final, True, _redactor(ctx)))
 
     def _finish(self, task_id: str, result: TaskResult) -> None:
         self._background.pop(task_id, None)

@@ -22,12 +22,16 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernel.call_args import depth_within
 from kernel.errors import BudgetExhausted, InvalidArgument
 from kernel.result import ToolResult
 
 DEFAULT_MAX_STEPS = 50  # as the agent loop's default (issue 8)
 MAX_SCHEMA_REPAIRS = 2
 MAX_SCHEMA_ERRORS = 8
+MAX_ERROR_CHARS = 300  # per error fed back to the model (generate_object's bound)
+MAX_ANSWER_DEPTH = 64  # as generate_object's answers (flows.generate_object.schema)
+_TOO_DEEP = f"$: the final answer nests more than {MAX_ANSWER_DEPTH} levels deep"
 
 
 @dataclass
@@ -160,21 +164,29 @@ def structured_answer(text: str, schema: dict[str, Any]) -> tuple[Any, list[str]
         value = json.loads(body)
     except ValueError as exc:
         return None, [f"the final answer is not JSON ({exc})"]
+    except RecursionError:  # deeper than json.loads goes
+        return None, [_TOO_DEEP]
+    if not depth_within(value, MAX_ANSWER_DEPTH):  # jsonschema's recursive descent would raise
+        return None, [_TOO_DEEP]
     import jsonschema  # on first use: session builds stay free of it (CLI start-up, issue 13 item 7)
 
-    from kernel.schema_patterns import linear_validator  # the model wrote both: RE2, not re (K-4)
+    from kernel.schema_refs import RefRefused, ref_validator  # the model wrote both: RE2, local refs
     from kernel.schema_steps import ValidationTooCostly, bounded_errors
 
-    validator = linear_validator(jsonschema.Draft202012Validator)(schema)
+    try:
+        validator = ref_validator(jsonschema.Draft202012Validator, schema)
+    except RefRefused as exc:  # checked with the call's arguments; a stored plan is checked again
+        return value, [f"$: output_schema {exc}"]
     try:
         found = bounded_errors(validator, value)  # a $ref tree can be exponential: bounded (K-8)
     except ValidationTooCostly as exc:
         return value, [f"$: {exc.message}"]
     errors = [
         f"{'/' + '/'.join(str(p) for p in e.absolute_path) if e.absolute_path else '$'}: {e.message}"
-        for e in sorted(found, key=lambda e: list(e.absolute_path))
+        for e in sorted(found, key=lambda e: list(e.absolute_path))[:MAX_SCHEMA_ERRORS]
     ]
-    return value, errors[:MAX_SCHEMA_ERRORS]
+    # Each cut, as generate_object's: the message quotes the answer (an enum miss is its repr, whole).
+    return value, [e if len(e) <= MAX_ERROR_CHARS else e[:MAX_ERROR_CHARS] + "…" for e in errors]
 
 
 def usage_json(usage: Any) -> dict[str, Any]:

@@ -159,7 +159,8 @@ class ParallelTaskParams(BaseModel):
 
 
 def check_output_schema(schema: dict[str, Any]) -> None:
-    """An ``output_schema`` must be a valid Draft 2020-12 schema of at most 64 KiB."""
+    """An ``output_schema`` must be a valid Draft 2020-12 schema of at most 64 KiB, its patterns RE2's,
+    its references local and resolvable (``kernel.schema_refs``)."""
     try:
         size = len(json.dumps(schema))
     except (TypeError, ValueError) as exc:
@@ -181,10 +182,12 @@ def check_output_schema(schema: dict[str, Any]) -> None:
             "invalid_output_schema", "output_schema is not a valid JSON Schema: {why}", {"why": exc.message}
         ) from None
     from kernel.schema_patterns import PatternRefused, check_patterns
+    from kernel.schema_refs import RefRefused, check_refs
 
     try:
         check_patterns(schema)  # its patterns are matched by RE2 (flows.task.runs.structured_answer)
-    except PatternRefused as exc:
+        check_refs(schema, jsonschema.Draft202012Validator)  # local and resolvable: nothing is fetched
+    except (PatternRefused, RefRefused) as exc:
         raise PydanticCustomError(
             "invalid_output_schema", "output_schema: {why}", {"why": str(exc)}
         ) from None

@@ -119,6 +119,16 @@ def test_g4_gives_up_after_max_repair_attempts(agent: Agent, workspace: Path, en
         ({"schema": PERSON, "prompt": "   "}, "/prompt"),
         ({"schema": {"type": "frobnicate"}, "prompt": "x"}, "/schema"),
         ({"schema": {"$ref": "https://example.com/s.json"}, "prompt": "x"}, "/schema"),
+        # G-2: every reference local and resolvable (kernel.schema_refs): $dynamicRef too, nothing fetched
+        (
+            {"schema": {"type": "array", "items": {"$dynamicRef": "http://127.0.0.1:9/s"}}, "prompt": "x"},
+            "/schema",
+        ),
+        (
+            {"schema": {"type": "object", "properties": {"a": {"$ref": "#/$defs/gone"}}}, "prompt": "x"},
+            "/schema",
+        ),
+        ({"schema": {"type": "object", "properties": {"a": {"$ref": "#/type"}}}, "prompt": "x"}, "/schema"),
         ({"schema": "not an object", "prompt": "x"}, "/schema"),
         ({"schema": PERSON, "prompt": "x", "schema_name": "has space"}, "/schema_name"),
         ({"schema": PERSON, "prompt": "x", "schema_name": "a" * 60}, "/schema_name"),
@@ -386,3 +396,56 @@ def test_g5_a_stream_that_keeps_failing_falls_back_to_one_blocking_request(
         streamed = [bool(r.body.get("stream")) for r in srv.requests]
     assert out["object"] == {"name": "Ho", "age": 2}
     assert streamed == [True, True, True, False]
+
+
+TREE = {
+    "type": "object",
+    "properties": {"tree": {"$ref": "#/$defs/node"}},
+    "required": ["tree"],
+    "$defs": {"node": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+}
+
+
+@pytest.mark.parametrize("depth", [500, 100_000])
+def test_g2_an_answer_nested_too_deeply_is_repaired_not_a_recursion_error(
+    agent: Agent, workspace: Path, env: Any, depth: int
+) -> None:
+    """G-2/G-4: an answer nesting past 64 levels (jsonschema's descent or json.loads raised
+    RecursionError) goes back to the model as a validation error; still too deep at the end, the
+    call fails ``invalid_argument`` with ``reason: too_deep``."""
+    deep = '{"tree": ' + "[" * depth + "]" * depth + "}"
+    script = [_object_turn(deep), _object_turn({"tree": [[], [[]]]})]
+    with env(ScriptedOpenAIServer(script)) as srv:
+        out = agent.session(workspace).generate_object(TREE, "A tree.")
+        feedback = next(m for m in srv.requests[1].body["messages"] if m["role"] == "tool")["content"]
+    assert out["object"] == {"tree": [[], [[]]]} and out["repair_rounds"] == 1
+    assert "nests more than 64 levels deep" in feedback
+    with env(ScriptedOpenAIServer([_object_turn(deep)])):
+        result = agent.session(workspace).tool(
+            "generate_object", {"schema": TREE, "prompt": "A tree.", "max_repair_attempts": 0}
+        )
+    assert result.exit_code == 1 and result.error_kind["type"] == "invalid_argument"
+    assert result.error_kind["reason"] == "too_deep"
+
+
+def test_g4_each_error_fed_back_for_repair_is_cut_to_300_characters(
+    agent: Agent, workspace: Path, env: Any
+) -> None:
+    """G-4: the model names the keys, and a long key made the path in each error (and so the
+    repair message) as long; every error line, path included, is at most 300 characters (+ "…")."""
+    schema = {"type": "object", "additionalProperties": {"type": "integer"}}
+    bad = {f"{i}" + "k" * 5000: "x" for i in range(8)}
+    with env(ScriptedOpenAIServer([_object_turn(bad), _object_turn({"ok": 1})])) as srv:
+        out = agent.session(workspace).generate_object(schema, "Numbers.")
+        feedback = next(m for m in srv.requests[1].body["messages"] if m["role"] == "tool")["content"]
+    assert out["object"] == {"ok": 1}
+    lines = [line[2:] for line in feedback.splitlines() if line.startswith("- ")]
+    assert len(lines) == 8 and all(len(line) <= 301 for line in lines)
+    assert all(line.startswith("$") and line.endswith("…") for line in lines)
+
+
+def test_x3_each_output_schema_error_fed_back_is_cut_to_300_characters() -> None:
+    from flows.task.runs import structured_answer
+
+    _, errors = structured_answer(json.dumps({"v": "z" * 10_000}), {"properties": {"v": {"enum": ["a"]}}})
+    assert len(errors) == 1 and len(errors[0]) == 301 and errors[0].startswith("/v: 'zzz")

@@ -38,3 +38,11 @@ def test_g5_a_large_answer_trickling_in_costs_no_rejoin_per_partial_delta() -> N
     assert len(omitted) >= 15, deltas[-1:]
     assert omitted[-1]["partial_bytes"] >= 32 * MIB + 15
     assert cpu < 0.2, f"{cpu:.2f} s of CPU for 20 one-byte deltas"
+
+
+def test_g5_a_deeply_nested_prefix_gives_no_preview_instead_of_recursion_error() -> None:
+    from flows.generate_object.partial import partial_json
+
+    assert partial_json("[" * 100_000) is None
+    assert partial_json('{"a": ' + "[" * 500 + "]" * 500 + "}") is None
+    assert partial_json('{"a": [[1]], "b": "x') == {"a": [[1]], "b": "x"}

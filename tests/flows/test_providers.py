@@ -351,3 +351,40 @@ def test_g6_a_bad_script_fails_when_built(tmp_path: Path, content: str) -> None:
     script.write_text(content)
     with pytest.raises(InvalidArgument):
         provider_for(f"scripted:{script}", {})
+
+
+def test_g6_a_scripted_model_file_must_be_a_regular_file_of_at_most_16_mib(tmp_path: Path) -> None:
+    """An agent definition (which the model can write) names its model: ``scripted:`` a FIFO blocked
+    the open forever, ``/dev/zero`` read without end; a file that grows after a stat was read whole."""
+    import os
+    import threading
+
+    from flows.providers.scripted import MAX_SCRIPT_BYTES, load_script
+
+    fifo = tmp_path / "turns.fifo"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | None] = []
+
+    def load() -> None:
+        try:
+            load_script(str(fifo))
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    loader = threading.Thread(target=load, daemon=True)
+    loader.start()
+    loader.join(10)
+    if loader.is_alive():  # unblock the old behaviour's open before failing
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        loader.join(5)
+    assert isinstance(outcome[0], InvalidArgument) and "not a regular file" in outcome[0].message
+    with pytest.raises(InvalidArgument, match="not a regular file"):
+        load_script("/dev/zero")
+    big = tmp_path / "big.json"
+    with big.open("wb") as fh:
+        fh.truncate(MAX_SCRIPT_BYTES + 1)
+    with pytest.raises(InvalidArgument, match="larger than"):
+        load_script(str(big))
+    with pytest.raises(InvalidArgument, match="not found"):
+        load_script(str(tmp_path / "missing.json"))

@@ -81,6 +81,27 @@ def test_unknown_agent_is_not_found_naming_the_available_ones(tmp_path: Path) ->
     assert "general, explore, verification, reviewer" in info.value.message
 
 
+def test_x3_an_unknown_agent_is_named_without_parsing_every_definition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrong name costs one directory listing: every definition file was parsed (up to 256 of
+    64 KiB each) only to list the names in the error."""
+    import flows.task.agents as agents
+
+    for name in ("reviewer", "planner"):
+        write_agent(tmp_path, name, REVIEWER.replace("reviewer", name))
+    write_agent(tmp_path, "explore", REVIEWER)  # a built-in name: not listed twice
+
+    def no_parse(*_args: object, **_kw: object) -> None:
+        raise AssertionError("a definition was parsed")
+
+    monkeypatch.setattr(agents, "parse_agent_md", no_parse)
+    with pytest.raises(NotFound) as info:
+        resolve_agent(LocalWorkspace(tmp_path), "nobody" * 40)
+    assert "unknown agent 'nobodynobody" in info.value.message
+    assert info.value.message.endswith("available agents: general, explore, verification, planner, reviewer")
+
+
 def test_builtin_names_cannot_be_redefined_by_a_workspace(tmp_path: Path) -> None:
     write_agent(tmp_path, "explore", REVIEWER.replace("reviewer", "explore"))
     assert resolve_agent(LocalWorkspace(tmp_path), "explore") is BUILTIN_AGENTS["explore"]
@@ -133,3 +154,33 @@ def test_tools_accept_a_string_and_star_means_the_session_tools() -> None:
     assert parse_tools(None) is None
     defn = parse_agent_md(b"---\nname: y\ndescription: d\n---\n", source="y.md")
     assert defn.tools is None and "sub-agent" in defn.system_prompt
+
+
+@pytest.mark.parametrize(
+    ("front", "why"),
+    [
+        ("name: x\ndescription: d\nwhen: 2001-99-99 10:00:00\n", "cannot be built (ValueError"),
+        ("name: x\ndescription: !!float x\n", "cannot be built (ValueError"),
+        ("? [a, b]\n: 1\nname: x\n", "not valid YAML"),
+        ("name: 0x" + "f" * 9000 + "\ndescription: d\n", "name (type int) is invalid"),
+        ("a: &a [1, *a]\nname: x\n", "refers to its own anchor"),
+    ],
+)
+def test_x3_front_matter_that_cannot_be_built_is_invalid_not_an_exception(front: str, why: str) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        parse_agent_md(f"---\n{front}---\n".encode(), source=".a3s/agents/x.md", expect_name="x")
+    assert info.value.message.startswith(".a3s/agents/x.md: ") and why in info.value.message
+
+
+def test_x3_an_alias_bomb_agent_is_skipped_naming_the_problem(tmp_path: Path) -> None:
+    lines = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefg", "bcdefgh", strict=True)]
+    write_agent(tmp_path, "bomb", "---\n" + "\n".join(lines) + "\nname: *h\ndescription: *h\n---\n")
+    write_agent(tmp_path, "late", "---\nname: late\ndescription: d\nwhen: 2001-13-01\n---\n")
+    agents, warnings = list_agents(LocalWorkspace(tmp_path))
+    assert [a.name for a in agents] == ["general", "explore", "verification"]
+    assert any("bomb.md" in w and "alias bomb" in w for w in warnings)
+    assert any("late.md" in w and "ValueError" in w for w in warnings)
+    with pytest.raises(InvalidArgument) as info:
+        resolve_agent(LocalWorkspace(tmp_path), "bomb")
+    assert info.value.to_kind().get("reason") == "alias_bomb"

@@ -112,3 +112,15 @@ def test_x3_aborted_children_are_typed() -> None:
     assert t.error_kind == {"type": "timeout", "op": "task", "duration_ms": 50} and not t.success
     c = TaskResult.aborted(task_id="y", index=1, agent="general", description="d")
     assert c.completion == "cancelled" and c.error_kind == {"type": "cancelled", "op": "task"}
+
+
+def test_x3_a_final_answer_nested_too_deeply_is_a_schema_problem_not_a_recursion_error() -> None:
+    """A child's output_schema answer deeper than 64 levels goes to the repair turn (it raised
+    RecursionError out of the child: from json.loads past ~1,000 levels, from jsonschema sooner)."""
+    from flows.task.runs import structured_answer
+
+    schema = {"type": "array", "items": {"$ref": "#"}}
+    for text in ("[" * 100_000 + "]" * 100_000, "[" * 500 + "]" * 500):
+        value, errors = structured_answer(text, schema)
+        assert value is None and errors == ["$: the final answer nests more than 64 levels deep"]
+    assert structured_answer("[[[]]]", schema) == ([[[]]], [])

@@ -132,6 +132,14 @@ def test_x3_output_schema_must_be_a_valid_json_schema() -> None:
     )
 
 
+def test_x3_output_schema_references_are_local_and_resolve() -> None:
+    """Nothing a task's output_schema names is fetched; a reference to nowhere fails the call, not the child."""
+    remote = {"type": "object", "properties": {"n": {"$ref": "https://evil.example/n.json"}}}
+    assert "only local references" in invalid(TASK, {"tasks": [dict(ITEM, output_schema=remote)]})
+    dangling = {"type": "array", "items": {"$ref": "#/$defs/row"}}
+    assert "does not resolve" in invalid(TASK, {"tasks": [dict(ITEM, output_schema=dangling)]})
+
+
 def test_x3_max_steps_bounds() -> None:
     assert TASK.validate({"tasks": [dict(ITEM, max_steps=5)]}).tasks[0].max_steps == 5
     assert "/tasks/0/max_steps" in invalid(TASK, {"tasks": [dict(ITEM, max_steps=0)]})

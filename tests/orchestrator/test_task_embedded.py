@@ -4,12 +4,14 @@ with their own sessions; the parent sees their bounded results (SPEC X-3, X-4, K
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from flows.task.inprocess import ChildFanOut
 from flows.task.result import HEAD_CHARS, MAX_OUTPUT_CHARS, TAIL_CHARS
 from kernel.options import SessionOptions
 from kernel.policy import PermissionPolicy
@@ -397,3 +399,47 @@ def test_k3_x3_a_background_childs_share_is_charged_when_it_starts(model, agent,
     done = session.task_result(first.metadata["background_task"]["task_id"], timeout=30)
     assert done["success"] and done["usage"]["tool_calls"] == 5
     assert model.bodies("bg second") == []
+
+
+class _BrokenRunner(ChildFanOut):
+    """A ``task_children`` runner whose child runs raise (a session that cannot be built, a defect)."""
+
+    async def run_one(self, ctx: Any, call: Any, spec: Any, session_id: str) -> Any:
+        raise RuntimeError("child session could not be built")
+
+
+def test_k8_x3_a_child_runner_that_raises_is_a_failed_typed_result(model, agent, ws) -> None:
+    """K-8: the runner's exception is the child's ``failed`` result (internal_error), foreground and
+    background — no exception escapes the call, the background handle ends once and has a result."""
+    options = SessionOptions(
+        permission_policy=PermissionPolicy(allow=["*"]), services={"task_children": _BrokenRunner()}
+    )
+    session = agent.session(str(ws), options)
+    result = session.tasks([item("one"), item("two")], allow_partial_failure=True)
+    assert result.exit_code == 1 and result.error_kind["type"] == "partial_failure"
+    for t in result.metadata["tasks"]:
+        assert t["completion"] == "failed" and t["error_kind"]["type"] == "internal_error"
+        assert t["error_kind"]["exception"] == "RuntimeError"
+    started = session.task(item("bg"), background=True)
+    assert started.exit_code == 0
+    done = session.task_result(started.metadata["background_task"]["task_id"], timeout=30)
+    assert done["completion"] == "failed" and done["error_kind"]["type"] == "internal_error"
+    ends = [e.data for e in session.events() if e.type == "subagent_end"]
+    assert len(ends) == 3 and all(e["completion"] == "failed" for e in ends)
+
+
+def test_k3_x3_subagent_end_carries_the_childs_output_redacted(model, agent, ws) -> None:
+    """K-3: the ``task`` call's output is redacted by the kernel; the ``subagent_end`` event carried
+    the child's output (and error text) as the child wrote it, to every event stream."""
+    secret = "sk-" + "a1B2c3D4e5" * 4
+    model.scripts["leaky"] = [{"text": f"the key is {secret}"}]
+    model.scripts["leaky bg"] = [{"text": f"background key {secret}"}]
+    session = agent.session(str(ws), ALLOW_ALL)
+    result = session.tasks([item("leaky")])
+    assert result.exit_code == 0 and secret not in result.output
+    started = session.task(item("leaky bg"), background=True)
+    session.task_result(started.metadata["background_task"]["task_id"], timeout=30)
+    ends = [e.data for e in session.events() if e.type == "subagent_end"]
+    assert len(ends) == 2
+    for data in ends:
+        assert secret not in json.dumps(data) and "[REDACTED]" in data["result"]["output"]

@@ -127,6 +127,21 @@ def test_k4_invalid_or_oversized_schemas_are_refused_at_registration() -> None:
         {"type": "object", "properties": {"a": {"$ref": "#/$defs/A"}}, "$defs": {"A": {"type": "integer"}}}
     )
     assert ok["$defs"]["A"] == {"type": "integer"}
+    # A reference is resolved from its own subschema's base ($id), as the validator will resolve it.
+    with pytest.raises(SchemaRefused, match="does not resolve"):
+        checked_schema(
+            {
+                "type": "object",
+                "properties": {
+                    "s": {"$id": "https://e.example/s.json", "properties": {"a": {"$ref": "#/$defs/A"}}}
+                },
+                "$defs": {"A": {"type": "integer"}},
+            }
+        )
+    with pytest.raises(SchemaRefused, match="only local references"):
+        checked_schema(
+            {"type": "object", "properties": {"a": {"$dynamicRef": "https://evil.example/s.json"}}}
+        )
     with pytest.raises(Exception, match=r"is not valid under any of the given schemas|is not of type"):
         build_spec(
             _conn(), _tool(schema={"type": "object", "properties": {"a": {"type": 12}}}), "mcp__srv__t"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -214,6 +215,21 @@ def test_m2_front_matter_is_parsed_safely_and_bounded() -> None:
     assert parse_allowed_tools("Grep, Glob, WebFetch") == ("search(grep)", "search(glob)", "web_fetch")
 
 
+def test_m2_front_matter_that_cannot_be_built_skips_the_skill_with_a_warning(skilled: Path) -> None:
+    from tools.skills.catalog import discover_workspace_skills
+
+    write_skill(skilled, "bad-date", "d", extra="when: 2001-99-99 10:00:00\n")
+    write_skill(skilled, "bad-key", "d", extra="? [a, b]\n: 1\n")
+    lines = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefg", "bcdefgh", strict=True)]
+    write_skill(skilled, "bomb", "d", extra="\n".join(lines) + "\nmore: *h\n")
+    skills, warnings = discover_workspace_skills(skilled)
+    assert [s.name for s in skills] == ["code-review", "pdf-forms", "release-notes"]
+    assert any("bad-date" in w and "ValueError" in w for w in warnings)
+    assert any("bad-key" in w and "not valid YAML" in w for w in warnings)
+    assert any("skills/bomb" in w and "alias bomb" in w for w in warnings)
+
+
 def test_m2_a_broken_skill_is_skipped_with_a_warning(agent: Agent, skilled: Path) -> None:
     broken = skilled / ".a3s" / "skills" / "broken"
     broken.mkdir()
@@ -222,3 +238,50 @@ def test_m2_a_broken_skill_is_skipped_with_a_warning(agent: Agent, skilled: Path
         names = [k["name"] for k in s.skills()]
         assert "broken" not in names and "other-name" not in names and len(names) == 3
         assert any("broken" in w for w in s.kernel.services["skills"].warnings)
+
+
+class _CountingScandir:
+    """``os.scandir`` that counts the entries it yields."""
+
+    read = 0
+
+    def __init__(self, it: Any) -> None:
+        self.it = it
+
+    def __enter__(self) -> _CountingScandir:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.it.close()
+
+    def __iter__(self) -> Any:
+        for entry in self.it:
+            _CountingScandir.read += 1
+            yield entry
+
+
+def test_m2_a_skills_file_listing_reads_a_bounded_number_of_entries_depth_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model can fill a skill's directory: the listing reads at most 4,096 entries in all, holding
+    one descriptor per level (it read and sorted every entry of every directory, and held one
+    descriptor per subdirectory seen: 4,500 here)."""
+    from tools.skills.catalog import load_skill_path
+    from tools.skills.tool import MAX_LISTED_FILES, MAX_SCANNED_ENTRIES, list_skill_files
+
+    directory = write_skill(tmp_path, "crowded", "A skill with a crowded directory")
+    for i in range(4500):
+        (directory / f"d{i:04}").mkdir()
+    (directory / "d0001" / "deep.md").write_text("x\\n")
+    real_scandir = os.scandir
+    monkeypatch.setattr(_CountingScandir, "read", 0)
+    monkeypatch.setattr(os, "scandir", lambda fd: _CountingScandir(real_scandir(fd)))
+    files = list_skill_files(load_skill_path(directory))
+    assert _CountingScandir.read <= MAX_SCANNED_ENTRIES
+    assert len(files) <= MAX_LISTED_FILES and files == sorted(files)
+    refs = write_skill(tmp_path, "refs", "A skill with a few files")
+    for sub in ("b", "a"):
+        (refs / sub).mkdir()
+        (refs / sub / "x.md").write_text("x\\n")
+    (refs / "top.md").write_text("top\\n")
+    assert list_skill_files(load_skill_path(refs)) == ["a/x.md", "b/x.md", "top.md"]

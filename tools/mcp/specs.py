@@ -34,7 +34,8 @@ from kernel.capabilities import ToolCapabilities
 from kernel.context import ToolContext
 from kernel.errors import bound_text
 from kernel.result import ToolResult
-from kernel.spec import MAX_SCHEMA_BYTES, TOOL_NAME_RE, ToolSpec
+from kernel.schema_refs import RefRefused, check_refs
+from kernel.spec import MAX_SCHEMA_BYTES, TOOL_NAME_RE, ToolSpec, validator_class
 from tools.mcp.connection import McpConnection
 from tools.mcp.results import to_tool_result
 
@@ -103,35 +104,12 @@ def checked_schema(schema: Any) -> dict[str, Any]:
 
 
 def _check_refs(schema: dict[str, Any]) -> None:
-    """Every ``$ref``/``$dynamicRef`` is local (``#…``) and resolves: nothing is fetched, nothing fails later."""
-    from referencing import Registry, Resource
-    from referencing.exceptions import Unresolvable
-    from referencing.jsonschema import DRAFT202012
-
-    refs: list[str] = []
-    stack: list[Any] = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key in ("$ref", "$dynamicRef") and isinstance(value, str):
-                    refs.append(value)
-                else:
-                    stack.append(value)
-        elif isinstance(node, list):
-            stack.extend(node)
-    if not refs:
-        return
-    base = "urn:a3s-fleet:mcp-input-schema"
-    resource = Resource.from_contents(schema, default_specification=DRAFT202012)
-    resolver = Registry().with_resource(base, resource).resolver(base_uri=base)
-    for ref in refs:
-        if not ref.startswith("#"):
-            raise SchemaRefused(f"its input schema refers to {ref!r}; only local references (#…) are allowed")
-        try:
-            resolver.lookup(base + ref)
-        except Unresolvable:
-            raise SchemaRefused(f"its input schema reference {ref!r} does not resolve") from None
+    """Every ``$ref``/``$dynamicRef`` is local (``#…``) and resolves, in one crawl of the schema
+    (``kernel.schema_refs``): nothing is fetched, nothing fails later."""
+    try:
+        check_refs(schema, validator_class(schema))
+    except RefRefused as exc:
+        raise SchemaRefused(f"its input schema: {exc}") from None
 
 
 def _capabilities(tool: types.Tool, trust: bool) -> tuple[ToolCapabilities, bool]:

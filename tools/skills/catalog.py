@@ -16,7 +16,8 @@ Names written for other agents are mapped onto this surface: ``Read``/``Write``/
 Where skills come from: ``<workspace>/.a3s/skills/<name>/SKILL.md`` of a local workspace (read
 below the host's state directory without following a symlink, ``kernel.statedir``), and
 ``session.register_skill(...)``. Parsing is defensive: ``SKILL.md`` at most ``MAX_SKILL_BYTES``,
-front matter at most ``MAX_FRONT_MATTER_BYTES``, ``yaml.safe_load`` only, at most
+front matter at most ``MAX_FRONT_MATTER_BYTES`` read by ``kernel.front_matter`` (libyaml's safe
+loader; alias bombs, deep nesting and values that cannot be built are typed refusals), at most
 ``MAX_SKILLS`` skills; a skill that breaks a rule is skipped with a warning naming it.
 """
 
@@ -32,6 +33,7 @@ from typing import Any
 
 from kernel.beneath import O_LIST_DIR, open_subdir, read_regular_at
 from kernel.errors import InvalidArgument, NotFound, PermissionDenied
+from kernel.front_matter import FrontMatterError, load_mapping, shown_value
 from kernel.policy import Rule
 from kernel.statedir import open_state_dir
 
@@ -114,7 +116,7 @@ def make_skill(
     """A validated skill; ``InvalidArgument`` naming what is wrong."""
     if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS or not NAME_RE.match(name):
         raise InvalidArgument(
-            f"skill name {str(name)[:80]!r} is invalid: 1-{MAX_NAME_CHARS} lowercase letters, digits and single hyphens"
+            f"skill name {shown_value(name)} is invalid: 1-{MAX_NAME_CHARS} lowercase letters, digits and single hyphens"
         )
     if not isinstance(description, str) or not description.strip():
         raise InvalidArgument(f"skill {name!r}: description is required")
@@ -188,8 +190,6 @@ def parse_skill_md(
     data: bytes, *, source: str, directory: str | None = None, expect_name: str | None = None
 ) -> SkillDoc:
     """Parse ``SKILL.md`` bytes (front matter + instructions); ``InvalidArgument`` when it breaks a rule."""
-    import yaml
-
     if len(data) > MAX_SKILL_BYTES:
         raise InvalidArgument(f"{source}: SKILL.md is larger than {MAX_SKILL_BYTES} bytes")
     try:
@@ -208,18 +208,13 @@ def parse_skill_md(
             f"{source}: SKILL.md front matter is larger than {MAX_FRONT_MATTER_BYTES} bytes"
         )
     try:
-        meta = yaml.safe_load(front)
-    except yaml.YAMLError as exc:
-        detail = " ".join(str(exc).split())[:300]
-        raise InvalidArgument(f"{source}: SKILL.md front matter is not valid YAML ({detail})") from None
-    except RecursionError:
-        raise InvalidArgument(f"{source}: SKILL.md front matter is nested too deeply") from None
-    if not isinstance(meta, dict):
-        raise InvalidArgument(f"{source}: SKILL.md front matter must be a mapping")
+        meta = load_mapping(front)
+    except FrontMatterError as exc:
+        raise InvalidArgument(f"{source}: SKILL.md front matter {exc.message}", reason=exc.reason) from None
     name = meta.get("name")
     if expect_name is not None and name != expect_name:
         raise InvalidArgument(
-            f"{source}: front matter name {str(name)[:80]!r} does not match its directory {expect_name!r}"
+            f"{source}: front matter name {shown_value(name)} does not match its directory {expect_name!r}"
         )
     known = {"name", "description", "allowed-tools", "allowed_tools"}
     return make_skill(

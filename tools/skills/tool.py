@@ -33,6 +33,7 @@ SKILLS_SERVICE = "skills"
 MAX_SKILL_FILE_BYTES = 256 * 1024
 MAX_LISTED_FILES = 64
 MAX_LIST_DEPTH = 3
+MAX_SCANNED_ENTRIES = 4096  # directory entries read per listing, all levels together
 DEFAULT_SEARCH_LIMIT = 10
 MAX_SEARCH_LIMIT = 50
 
@@ -158,41 +159,64 @@ def read_skill_file(skill: SkillDoc, rel: str) -> str:
 
 
 def list_skill_files(skill: SkillDoc) -> list[str]:
-    """Relative paths of the files in the skill's directory (not SKILL.md; no dotfiles; bounded)."""
+    """Relative paths of the files in the skill's directory (not SKILL.md; no dotfiles), sorted.
+
+    Depth-first, at most ``MAX_LIST_DEPTH`` levels: one directory descriptor open per level, never
+    one per subdirectory seen. At most ``MAX_SCANNED_ENTRIES`` directory entries are read in all
+    and ``MAX_LISTED_FILES`` files listed: the model can write a skill's directory, and a million
+    entries there made every ``Skill`` call read (and sort) each of them."""
     if skill.directory is None:
         return []
-    out: list[str] = []
     try:
         root = Fd(os.open(skill.directory, O_PATH_DIR))
     except OSError:
         return []
-    stack: list[tuple[Fd, str, int]] = [(root, "", 0)]
-    while stack and len(out) < MAX_LISTED_FILES:
-        fd, prefix, depth = stack.pop()
-        try:
-            listing = os.open(".", O_LIST_DIR, dir_fd=fd.fd)
-            try:
-                entries = sorted(os.scandir(listing), key=lambda e: e.name)
-            finally:
-                os.close(listing)
-            for entry in entries:
+    out: list[str] = []
+    budget = [MAX_SCANNED_ENTRIES]
+    try:
+        _list_into(root, "", 0, out, budget)
+    finally:
+        root.close()
+    return sorted(out)
+
+
+def _list_into(directory: Fd, prefix: str, depth: int, out: list[str], budget: list[int]) -> None:
+    entries: list[tuple[str, bool, bool]] = []  # (name, is a directory, is a regular file)
+    try:
+        listing = os.open(".", O_LIST_DIR, dir_fd=directory.fd)
+    except OSError:
+        return
+    try:
+        with os.scandir(listing) as scan:
+            entry_iter = iter(scan)
+            while budget[0] > 0:  # checked before reading: the budget is what is read
+                entry = next(entry_iter, None)
+                if entry is None:
+                    break
+                budget[0] -= 1
                 if entry.name.startswith(".") or (not prefix and entry.name == SKILL_FILE):
                     continue
-                rel = f"{prefix}{entry.name}"
-                if entry.is_dir(follow_symlinks=False) and depth + 1 < MAX_LIST_DEPTH:
-                    try:
-                        stack.append((open_subdir(fd.fd, entry.name), rel + "/", depth + 1))
-                    except OSError:
-                        continue
-                elif entry.is_file(follow_symlinks=False) and len(out) < MAX_LISTED_FILES:
-                    out.append(rel)
-        except OSError:
-            pass
-        finally:
-            fd.close()
-    for fd, _, _ in stack:
-        fd.close()
-    return sorted(out)
+                entries.append(
+                    (entry.name, entry.is_dir(follow_symlinks=False), entry.is_file(follow_symlinks=False))
+                )
+    except OSError:
+        pass
+    finally:
+        os.close(listing)
+    for name, is_dir, is_file in sorted(entries):
+        if len(out) >= MAX_LISTED_FILES:
+            return
+        if is_file:
+            out.append(f"{prefix}{name}")
+        elif is_dir and depth + 1 < MAX_LIST_DEPTH and budget[0] > 0:
+            try:
+                sub = open_subdir(directory.fd, name)
+            except OSError:
+                continue
+            try:
+                _list_into(sub, f"{prefix}{name}/", depth + 1, out, budget)
+            finally:
+                sub.close()
 
 
 SKILL_TOOL = ToolSpec(
