@@ -356,3 +356,21 @@ async def test_b2_unsupported_without_a_local_exec_workspace(tmp_path):
 
     with pytest.raises(Unsupported):
         await _bash(ctx, command="true")
+
+
+async def test_b2_k8_a_cwd_report_with_a_nul_byte_keeps_the_cwd(tmp_path):
+    """B-2, K-8: the command can write its own line on the cwd-report pipe (its EXIT trap is the
+    command's to replace); a path with a NUL byte made ``realpath`` raise ValueError out of the
+    call (the command's output lost). Such a report is unusable: the session keeps its cwd."""
+    state: dict = {}
+    (tmp_path / "d").mkdir()
+    first = await _bash(_ctx(tmp_path, session_state=state), command="cd d")
+    assert first.metadata["cwd"] == "d"
+    # The report pipe is the shell's fd >= 200 (runner.CWD_REPORT_FD_MIN).
+    command = (
+        "trap 'for n in $(ls /proc/$$/fd); do [ $n -ge 200 ] && printf \"/a\\0b\\n\" >&$n; done' EXIT; "
+        "echo ran"
+    )
+    result = await _bash(_ctx(tmp_path, session_state=state), command=command)
+    assert result.exit_code == 0 and result.output == "ran\n"
+    assert result.metadata["cwd"] == "d" and state["bash"]["cwd"] == "d"
