@@ -374,3 +374,19 @@ async def test_b2_k8_a_cwd_report_with_a_nul_byte_keeps_the_cwd(tmp_path):
     result = await _bash(_ctx(tmp_path, session_state=state), command=command)
     assert result.exit_code == 0 and result.output == "ran\n"
     assert result.metadata["cwd"] == "d" and state["bash"]["cwd"] == "d"
+
+
+async def test_b2_changed_paths_are_bounded_in_bytes_too(tmp_path):
+    """B-2 (bounded results): 1,000 paths of ~4 KiB (deep 250-byte names) were 3.8 MB of metadata on
+    a call whose output is capped at 100 KiB; the list now stops at 64 KiB of paths, flagged."""
+    deep = "/".join(["d" * 250] * 4)
+    command = (
+        f"mkdir -p {deep} && cd {deep} && for i in $(seq 100); do : > $i$(printf 'x%.0s' $(seq 240)); done"
+    )
+    result = await _bash(_ctx(tmp_path), command=command)
+    assert result.exit_code == 0, result.output
+    shown = result.metadata["changed_paths"]
+    assert 0 < len(shown) < 100 and result.metadata["changed_paths_truncated"] is True
+    assert sum(len(p.encode()) for p in shown) <= 64 * 1024
+    few = await _bash(_ctx(tmp_path), command="touch one two")
+    assert few.metadata["changed_paths"] == ["one", "two"] and "changed_paths_truncated" not in few.metadata

@@ -39,6 +39,9 @@ MTIME_SNAPSHOT_MAX_ENTRIES = 2 * MTIME_SNAPSHOT_MAX_FILES
 DEADLINE_CHECK_EVERY = 256  # entries between two looks at the clock
 MAX_DIRTY_PATHS_STATTED = 5_000
 MAX_CHANGED_PATHS = 1_000
+# The reported list's bytes too: 1,000 paths of ~4 KiB each (deep directories of 250-byte names)
+# made 3.8 MB of metadata on a call whose output is capped at 100 KiB.
+MAX_CHANGED_PATHS_BYTES = 64 * 1024
 SKIPPED_DIRS = frozenset({".git", ".a3s"})
 
 SnapshotKind = Literal["git", "mtime"]
@@ -101,6 +104,19 @@ def changed_paths(before: Snapshot | None, after: Snapshot | None) -> list[str] 
         return None
     keys = before.entries.keys() | after.entries.keys()
     return sorted(k for k in keys if before.entries.get(k) != after.entries.get(k))
+
+
+def reported_paths(changed: list[str]) -> tuple[list[str], bool]:
+    """The first of ``changed`` within ``MAX_CHANGED_PATHS`` paths and ``MAX_CHANGED_PATHS_BYTES``
+    bytes (UTF-8, the encoded path), and whether any were left out."""
+    kept: list[str] = []
+    size = 0
+    for path in changed:
+        size += len(os.fsencode(path))
+        if len(kept) == MAX_CHANGED_PATHS or size > MAX_CHANGED_PATHS_BYTES:
+            return kept, True
+        kept.append(path)
+    return kept, False
 
 
 def _git_snapshot(root: Path, deadline: float) -> dict[str, Entry]:
