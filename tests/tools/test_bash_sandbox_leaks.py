@@ -229,3 +229,48 @@ async def test_b2_host_credential_stores_are_masked(tmp_path, monkeypatch):
         assert secret not in result.output and "ordinary file" in result.output
         control = await bash(host(tmp_path), command=command)
         assert secret in control.output
+
+
+_MORE_STORES = (
+    ".pgpass",
+    ".my.cnf",
+    ".s3cfg",
+    ".boto",
+    ".m2/settings.xml",
+    ".m2/settings-security.xml",
+    ".gradle/gradle.properties",
+    ".gem/credentials",
+    ".pip/pip.conf",
+    ".config/pip/pip.conf",
+    ".config/containers/auth.json",
+    ".config/rclone/rclone.conf",
+    ".huggingface/token",
+    ".cache/huggingface/token",
+    ".bash_history",
+    ".zsh_history",
+    ".python_history",
+    ".psql_history",
+    ".mysql_history",
+)
+
+
+@needs_bwrap
+async def test_b2_more_host_credential_stores_and_histories_are_masked(tmp_path, monkeypatch):
+    """B-2 (no host secrets in the sandbox): database password files, Maven/Gradle/RubyGems/pip/
+    podman registry credentials, rclone and Hugging Face tokens and shell/REPL histories under the
+    host's $HOME were readable by a sandboxed command (as root on the host: owner checks pass).
+    Neighbours that are no secret (the Maven repository cache) stay readable."""
+    secret = "token-" + secrets.token_hex(8)
+    with host_visible_dir() as home:
+        for rel in _MORE_STORES:
+            (home / rel).parent.mkdir(parents=True, exist_ok=True)
+            (home / rel).write_text(f"{rel} {secret}\n")
+        (home / ".m2" / "repository").mkdir()
+        (home / ".m2" / "repository" / "cached.pom").write_text("ordinary file")
+        monkeypatch.setenv("HOME", str(home))
+        names = " ".join(f'"$HOME/{rel}"' for rel in _MORE_STORES)
+        command = f'cat {names} 2>/dev/null; cat "$HOME/.m2/repository/cached.pom"'
+        result = await bash(governed(tmp_path), command=command)
+        assert secret not in result.output and "ordinary file" in result.output, result.output
+        control = await bash(host(tmp_path), command=command)
+        assert control.output.count(secret) == len(_MORE_STORES)

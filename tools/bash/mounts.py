@@ -92,6 +92,27 @@ MASKED_HOME_PATHS = (
     ".cargo/credentials.toml",
     ".local/share/keyrings",
     ".claude/.credentials.json",
+    # Package registries, databases, object stores and model hubs keep tokens here too.
+    ".pgpass",
+    ".my.cnf",
+    ".s3cfg",
+    ".boto",
+    ".m2/settings.xml",
+    ".m2/settings-security.xml",
+    ".gradle/gradle.properties",
+    ".gem/credentials",
+    ".pip/pip.conf",
+    ".config/pip/pip.conf",
+    ".config/containers/auth.json",
+    ".config/rclone",
+    ".huggingface/token",
+    ".cache/huggingface/token",
+    # Shell and REPL histories: tokens typed on a command line (`export TOKEN=…`, `psql postgres://u:pw@…`).
+    ".bash_history",
+    ".zsh_history",
+    ".python_history",
+    ".psql_history",
+    ".mysql_history",
 )
 _PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 
