@@ -274,3 +274,31 @@ async def test_b2_more_host_credential_stores_and_histories_are_masked(tmp_path,
         assert secret not in result.output and "ordinary file" in result.output, result.output
         control = await bash(host(tmp_path), command=command)
         assert control.output.count(secret) == len(_MORE_STORES)
+
+
+@needs_bwrap
+async def test_b2_credentials_in_the_accounts_own_home_are_masked_when_home_points_elsewhere(
+    tmp_path, monkeypatch
+):
+    """B-2: only ``$HOME`` was masked. A worker started as root with ``HOME=/app`` (containers,
+    service units) left ``/root/.ssh`` and ``/root/.netrc`` readable to the sandbox, whose uid is the
+    host's: the account's home from the user database is masked too."""
+    from tools.bash import mounts
+
+    secret = "token-" + secrets.token_hex(8)
+    with host_visible_dir() as base:
+        account_home, env_home = base / "account", base / "env"
+        (account_home / ".ssh").mkdir(parents=True)
+        (account_home / ".ssh" / "id_ed25519").write_text(secret)
+        (account_home / ".netrc").write_text(f"machine example.com password {secret}")
+        (account_home / "notes.txt").write_text("ordinary file")
+        env_home.mkdir()
+        monkeypatch.setenv("HOME", str(env_home))
+        monkeypatch.setattr(mounts, "_account_home", lambda: str(account_home), raising=False)
+        command = (
+            f"cat {account_home}/.netrc {account_home}/.ssh/id_ed25519 2>&1; cat {account_home}/notes.txt"
+        )
+        result = await bash(governed(tmp_path), command=command)
+        assert secret not in result.output and "ordinary file" in result.output, result.output
+        control = await bash(host(tmp_path), command=command)
+        assert control.output.count(secret) == 2

@@ -25,7 +25,8 @@ Order of the mount table (later mounts cover earlier ones):
    directories are ordinary workspace content (finding them would cost a walk of the tree on
    every call) — only the root repository's configuration is honoured by our tools;
 6. host secrets masked: ``/etc/shadow``-like files, the usual credential stores under the host
-   user's ``$HOME`` (``MASKED_HOME_PATHS``) and any other procfs mount of the host (a
+   user's ``$HOME`` and under its account's home directory from the user database, when that is
+   another one (``MASKED_HOME_PATHS``) and any other procfs mount of the host (a
    container's ``/host/proc``): an empty read-only tmpfs over directories, the null device
    (unreadable here: bound without device access) over files. A masked path that contains the
    workspace is left alone.
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import stat as stat_mod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -263,11 +265,31 @@ def _extra_procfs_mounts() -> list[str]:
     return found
 
 
+def _account_home() -> str | None:
+    """The host uid's home directory as the user database names it (``pwd``), or None."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except (KeyError, OSError):
+        return None
+
+
+def _homes(home: str | None) -> list[str]:
+    """``$HOME`` and the host uid's own home: a worker started as root with ``HOME=/app`` still
+    has its credentials in ``/root``, which the sandbox (the host's uid) can read."""
+    found: list[str] = []
+    for candidate in (home, _account_home()):
+        if candidate and os.path.isabs(candidate) and os.path.realpath(candidate) != "/":
+            if candidate not in found:
+                found.append(candidate)
+    return found
+
+
 def _mask_args(root: str, home: str | None) -> list[str]:
     paths = [*MASKED_SYSTEM_PATHS, *_extra_procfs_mounts()]
-    if home and os.path.isabs(home) and os.path.realpath(home) != "/":
-        paths += [os.path.join(home, rel) for rel in MASKED_HOME_PATHS]
+    for each in _homes(home):
+        paths += [os.path.join(each, rel) for rel in MASKED_HOME_PATHS]
     args: list[str] = []
+    masked: set[str] = set()
     for path in paths:
         try:
             real = os.path.realpath(path)
@@ -276,6 +298,9 @@ def _mask_args(root: str, home: str | None) -> list[str]:
             continue
         if root == real or root.startswith(real.rstrip("/") + "/"):
             continue  # masking it would hide the workspace itself
+        if real in masked:
+            continue  # both homes are one directory, or two names lead to one store
+        masked.add(real)
         if stat_mod.S_ISDIR(st.st_mode):
             args += ["--perms", "0000", "--tmpfs", real, "--remount-ro", real]
         else:
