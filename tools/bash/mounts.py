@@ -199,22 +199,33 @@ def _git_binds(root: str, root_fd: int) -> Iterator[tuple[int, str]]:
     if stat_mod.S_ISDIR(st.st_mode):
         yield os.open(GIT_DIR, _PATH_FLAGS | os.O_DIRECTORY, dir_fd=root_fd), dest
         return
+    if stat_mod.S_ISREG(st.st_mode):
+        yield os.open(GIT_DIR, _PATH_FLAGS, dir_fd=root_fd), dest
+    for path in named_git_dirs(root, root_fd):
+        yield from _bind_dir(path)
+
+
+def named_git_dirs(root: str, root_fd: int) -> list[str]:
+    """The physical paths of the git directories ``<root>/.git`` names, existing or not: a
+    symlink's target, or a ``gitdir:`` file's directory and that directory's ``commondir``.
+    ``rootgit`` checks after a command that they are still the directories they were."""
+    try:
+        st = os.lstat(GIT_DIR, dir_fd=root_fd)
+    except OSError:
+        return []
     if stat_mod.S_ISLNK(st.st_mode):
-        target = os.path.realpath(dest)
-        if os.path.isdir(target):
-            yield from _bind_dir(target)
-        return
+        return [os.path.realpath(os.path.join(root, GIT_DIR))]
     if not stat_mod.S_ISREG(st.st_mode):
-        return
-    yield os.open(GIT_DIR, _PATH_FLAGS, dir_fd=root_fd), dest
+        return []
     gitdir = _read_gitfile(root_fd)
     if gitdir is None:
-        return
+        return []
     gitdir = os.path.realpath(os.path.join(root, gitdir))
-    yield from _bind_dir(gitdir)
+    named = [gitdir]
     common = _read_small(os.path.join(gitdir, "commondir"))
     if common:
-        yield from _bind_dir(os.path.realpath(os.path.join(gitdir, common)))
+        named.append(os.path.realpath(os.path.join(gitdir, common)))
+    return named
 
 
 def _bind_dir(path: str) -> Iterator[tuple[int, str]]:
@@ -240,11 +251,21 @@ def _read_gitfile(root_fd: int) -> str | None:
 
 
 def _read_small(path: str) -> str | None:
+    """A small regular file's text; None for anything else. Opened non-blocking: a FIFO planted
+    where a ``commondir`` is read blocked the event loop (``prepare`` runs on it) for ever."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read(MAX_GITFILE_BYTES).decode("utf-8", "replace").strip() or None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    try:
+        if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, MAX_GITFILE_BYTES)
     except OSError:
         return None
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", "replace").strip() or None
 
 
 def _extra_procfs_mounts() -> list[str]:

@@ -238,9 +238,10 @@ async def _run_in(
     if quarantined is not None:
         metadata["quarantined_git"] = quarantined
         error = PermissionDenied(
-            "The command created or replaced .git at the workspace root; sandboxed commands may not "
-            "change repository metadata (the user's next git command would honour its config and "
-            f"hooks). It was moved to {quarantined}. Nested repositories (sub/.git) are allowed.",
+            "The command created or replaced .git at the workspace root, or moved the git directory "
+            "it names; sandboxed commands may not change repository metadata (the user's next git "
+            f"command would honour its config and hooks). .git was moved to {quarantined}. Nested "
+            "repositories (sub/.git) are allowed.",
             reason="protected_path",
             path=".git",
         )
