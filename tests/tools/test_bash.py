@@ -390,3 +390,20 @@ async def test_b2_changed_paths_are_bounded_in_bytes_too(tmp_path):
     assert sum(len(p.encode()) for p in shown) <= 64 * 1024
     few = await _bash(_ctx(tmp_path), command="touch one two")
     assert few.metadata["changed_paths"] == ["one", "two"] and "changed_paths_truncated" not in few.metadata
+
+
+async def test_b2_k8_a_cwd_report_through_a_deep_symlink_chain_keeps_the_cwd(tmp_path):
+    """B-2, K-8: ``os.path.realpath`` recurses once per symlink: a reported cwd through a chain of
+    1,500 links (made by the command) raised RecursionError out of the call. Not usable: kept."""
+    state: dict = {}
+    (tmp_path / "d").mkdir()
+    first = await _bash(_ctx(tmp_path, session_state=state), command="cd d")
+    assert first.metadata["cwd"] == "d"
+    command = (
+        "mkdir t; ln -s t l0; for i in $(seq 1 1500); do ln -s l$((i-1)) l$i; done; "
+        "trap 'for n in $(ls /proc/$$/fd); do [ $n -ge 200 ] && echo \"$PWD/l1500\" >&$n; done' EXIT; "
+        "echo ran"
+    )
+    result = await _bash(_ctx(tmp_path, session_state=state), command=command)
+    assert result.exit_code == 0 and result.output == "ran\n"
+    assert result.metadata["cwd"] == "d" and state["bash"]["cwd"] == "d"

@@ -304,7 +304,7 @@ def _named_identities(root: str, root_fd: int) -> tuple[tuple[str, tuple[int, in
     with device and inode, or None where nothing is there; outside ones the sandbox cannot touch."""
     try:
         paths = named_git_dirs(root, root_fd)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # realpath through a 1,500-link chain
         return ()
     inside = root.rstrip("/") + "/"
     return tuple((path, _identity(path)) for path in paths if path.startswith(inside))
