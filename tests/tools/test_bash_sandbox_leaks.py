@@ -302,3 +302,24 @@ async def test_b2_credentials_in_the_accounts_own_home_are_masked_when_home_poin
         assert secret not in result.output and "ordinary file" in result.output, result.output
         control = await bash(host(tmp_path), command=command)
         assert control.output.count(secret) == 2
+
+
+@needs_bwrap
+@pytest.mark.skipif(
+    os.getuid() != 0 or not os.path.isdir("/etc/ssh"), reason="needs a root host with /etc/ssh"
+)
+async def test_b2_ssh_host_private_keys_are_masked(tmp_path):
+    """B-2: the sandbox's uid is the host's — root on CI and in containers — so root-only files such
+    as the SSH host keys (``/etc/ssh/ssh_host_*_key``: impersonate the host) were readable."""
+    secret = "hostkey-" + secrets.token_hex(8)
+    key = f"/etc/ssh/ssh_host_a3stest{secrets.token_hex(4)}_key"
+    fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, secret.encode())
+    os.close(fd)
+    try:
+        result = await bash(governed(tmp_path), command=f"cat {key} 2>&1; echo done")
+        assert secret not in result.output and "done" in result.output
+        control = await bash(host(tmp_path), command=f"cat {key}")
+        assert secret in control.output
+    finally:
+        os.unlink(key)

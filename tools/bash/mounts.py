@@ -38,6 +38,7 @@ directory fd) and handed to bubblewrap as an fd, which bubblewrap closes before 
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import pwd
 import stat as stat_mod
@@ -68,7 +69,18 @@ MASKED_SYSTEM_PATHS = (
     "/etc/gshadow-",
     "/etc/sudoers",
     "/etc/ssl/private",
+    # Host identities and service credentials, root-only on a typical server or node.
+    "/etc/krb5.keytab",
+    "/etc/letsencrypt",
+    "/etc/wireguard",
+    "/etc/NetworkManager/system-connections",
+    "/etc/kubernetes/pki",
+    "/etc/kubernetes/admin.conf",
+    "/var/lib/kubelet/pki",
+    "/var/lib/cloud/instances",  # cloud-init user-data: often holds bootstrap secrets
 )
+# The SSH host keys' private halves (whoever holds them can impersonate the host).
+MASKED_SYSTEM_GLOBS = ("/etc/ssh/ssh_host_*_key",)
 # Credential stores under the host user's home (as named by $HOME of the host process).
 MASKED_HOME_PATHS = (
     ".ssh",
@@ -286,6 +298,10 @@ def _extra_procfs_mounts() -> list[str]:
     return found
 
 
+def _expand(patterns: tuple[str, ...]) -> list[str]:
+    return sorted(path for pattern in patterns for path in glob.glob(pattern))
+
+
 def _account_home() -> str | None:
     """The host uid's home directory as the user database names it (``pwd``), or None."""
     try:
@@ -306,7 +322,7 @@ def _homes(home: str | None) -> list[str]:
 
 
 def _mask_args(root: str, home: str | None) -> list[str]:
-    paths = [*MASKED_SYSTEM_PATHS, *_extra_procfs_mounts()]
+    paths = [*MASKED_SYSTEM_PATHS, *_expand(MASKED_SYSTEM_GLOBS), *_extra_procfs_mounts()]
     for each in _homes(home):
         paths += [os.path.join(each, rel) for rel in MASKED_HOME_PATHS]
     args: list[str] = []
