@@ -356,3 +356,54 @@ async def test_b2_unsupported_without_a_local_exec_workspace(tmp_path):
 
     with pytest.raises(Unsupported):
         await _bash(ctx, command="true")
+
+
+async def test_b2_k8_a_cwd_report_with_a_nul_byte_keeps_the_cwd(tmp_path):
+    """B-2, K-8: the command can write its own line on the cwd-report pipe (its EXIT trap is the
+    command's to replace); a path with a NUL byte made ``realpath`` raise ValueError out of the
+    call (the command's output lost). Such a report is unusable: the session keeps its cwd."""
+    state: dict = {}
+    (tmp_path / "d").mkdir()
+    first = await _bash(_ctx(tmp_path, session_state=state), command="cd d")
+    assert first.metadata["cwd"] == "d"
+    # The report pipe is the shell's fd >= 200 (runner.CWD_REPORT_FD_MIN).
+    command = (
+        "trap 'for n in $(ls /proc/$$/fd); do [ $n -ge 200 ] && printf \"/a\\0b\\n\" >&$n; done' EXIT; "
+        "echo ran"
+    )
+    result = await _bash(_ctx(tmp_path, session_state=state), command=command)
+    assert result.exit_code == 0 and result.output == "ran\n"
+    assert result.metadata["cwd"] == "d" and state["bash"]["cwd"] == "d"
+
+
+async def test_b2_changed_paths_are_bounded_in_bytes_too(tmp_path):
+    """B-2 (bounded results): 1,000 paths of ~4 KiB (deep 250-byte names) were 3.8 MB of metadata on
+    a call whose output is capped at 100 KiB; the list now stops at 64 KiB of paths, flagged."""
+    deep = "/".join(["d" * 250] * 4)
+    command = (
+        f"mkdir -p {deep} && cd {deep} && for i in $(seq 100); do : > $i$(printf 'x%.0s' $(seq 240)); done"
+    )
+    result = await _bash(_ctx(tmp_path), command=command)
+    assert result.exit_code == 0, result.output
+    shown = result.metadata["changed_paths"]
+    assert 0 < len(shown) < 100 and result.metadata["changed_paths_truncated"] is True
+    assert sum(len(p.encode()) for p in shown) <= 64 * 1024
+    few = await _bash(_ctx(tmp_path), command="touch one two")
+    assert few.metadata["changed_paths"] == ["one", "two"] and "changed_paths_truncated" not in few.metadata
+
+
+async def test_b2_k8_a_cwd_report_through_a_deep_symlink_chain_keeps_the_cwd(tmp_path):
+    """B-2, K-8: ``os.path.realpath`` recurses once per symlink: a reported cwd through a chain of
+    1,500 links (made by the command) raised RecursionError out of the call. Not usable: kept."""
+    state: dict = {}
+    (tmp_path / "d").mkdir()
+    first = await _bash(_ctx(tmp_path, session_state=state), command="cd d")
+    assert first.metadata["cwd"] == "d"
+    command = (
+        "mkdir t; ln -s t l0; for i in $(seq 1 1500); do ln -s l$((i-1)) l$i; done; "
+        "trap 'for n in $(ls /proc/$$/fd); do [ $n -ge 200 ] && echo \"$PWD/l1500\" >&$n; done' EXIT; "
+        "echo ran"
+    )
+    result = await _bash(_ctx(tmp_path, session_state=state), command=command)
+    assert result.exit_code == 0 and result.output == "ran\n"
+    assert result.metadata["cwd"] == "d" and state["bash"]["cwd"] == "d"

@@ -229,3 +229,97 @@ async def test_b2_host_credential_stores_are_masked(tmp_path, monkeypatch):
         assert secret not in result.output and "ordinary file" in result.output
         control = await bash(host(tmp_path), command=command)
         assert secret in control.output
+
+
+_MORE_STORES = (
+    ".pgpass",
+    ".my.cnf",
+    ".s3cfg",
+    ".boto",
+    ".m2/settings.xml",
+    ".m2/settings-security.xml",
+    ".gradle/gradle.properties",
+    ".gem/credentials",
+    ".pip/pip.conf",
+    ".config/pip/pip.conf",
+    ".config/containers/auth.json",
+    ".config/rclone/rclone.conf",
+    ".huggingface/token",
+    ".cache/huggingface/token",
+    ".bash_history",
+    ".zsh_history",
+    ".python_history",
+    ".psql_history",
+    ".mysql_history",
+)
+
+
+@needs_bwrap
+async def test_b2_more_host_credential_stores_and_histories_are_masked(tmp_path, monkeypatch):
+    """B-2 (no host secrets in the sandbox): database password files, Maven/Gradle/RubyGems/pip/
+    podman registry credentials, rclone and Hugging Face tokens and shell/REPL histories under the
+    host's $HOME were readable by a sandboxed command (as root on the host: owner checks pass).
+    Neighbours that are no secret (the Maven repository cache) stay readable."""
+    secret = "token-" + secrets.token_hex(8)
+    with host_visible_dir() as home:
+        for rel in _MORE_STORES:
+            (home / rel).parent.mkdir(parents=True, exist_ok=True)
+            (home / rel).write_text(f"{rel} {secret}\n")
+        (home / ".m2" / "repository").mkdir()
+        (home / ".m2" / "repository" / "cached.pom").write_text("ordinary file")
+        monkeypatch.setenv("HOME", str(home))
+        names = " ".join(f'"$HOME/{rel}"' for rel in _MORE_STORES)
+        command = f'cat {names} 2>/dev/null; cat "$HOME/.m2/repository/cached.pom"'
+        result = await bash(governed(tmp_path), command=command)
+        assert secret not in result.output and "ordinary file" in result.output, result.output
+        control = await bash(host(tmp_path), command=command)
+        assert control.output.count(secret) == len(_MORE_STORES)
+
+
+@needs_bwrap
+async def test_b2_credentials_in_the_accounts_own_home_are_masked_when_home_points_elsewhere(
+    tmp_path, monkeypatch
+):
+    """B-2: only ``$HOME`` was masked. A worker started as root with ``HOME=/app`` (containers,
+    service units) left ``/root/.ssh`` and ``/root/.netrc`` readable to the sandbox, whose uid is the
+    host's: the account's home from the user database is masked too."""
+    from tools.bash import mounts
+
+    secret = "token-" + secrets.token_hex(8)
+    with host_visible_dir() as base:
+        account_home, env_home = base / "account", base / "env"
+        (account_home / ".ssh").mkdir(parents=True)
+        (account_home / ".ssh" / "id_ed25519").write_text(secret)
+        (account_home / ".netrc").write_text(f"machine example.com password {secret}")
+        (account_home / "notes.txt").write_text("ordinary file")
+        env_home.mkdir()
+        monkeypatch.setenv("HOME", str(env_home))
+        monkeypatch.setattr(mounts, "_account_home", lambda: str(account_home), raising=False)
+        command = (
+            f"cat {account_home}/.netrc {account_home}/.ssh/id_ed25519 2>&1; cat {account_home}/notes.txt"
+        )
+        result = await bash(governed(tmp_path), command=command)
+        assert secret not in result.output and "ordinary file" in result.output, result.output
+        control = await bash(host(tmp_path), command=command)
+        assert control.output.count(secret) == 2
+
+
+@needs_bwrap
+@pytest.mark.skipif(
+    os.getuid() != 0 or not os.path.isdir("/etc/ssh"), reason="needs a root host with /etc/ssh"
+)
+async def test_b2_ssh_host_private_keys_are_masked(tmp_path):
+    """B-2: the sandbox's uid is the host's — root on CI and in containers — so root-only files such
+    as the SSH host keys (``/etc/ssh/ssh_host_*_key``: impersonate the host) were readable."""
+    secret = "hostkey-" + secrets.token_hex(8)
+    key = f"/etc/ssh/ssh_host_a3stest{secrets.token_hex(4)}_key"
+    fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, secret.encode())
+    os.close(fd)
+    try:
+        result = await bash(governed(tmp_path), command=f"cat {key} 2>&1; echo done")
+        assert secret not in result.output and "done" in result.output
+        control = await bash(host(tmp_path), command=f"cat {key}")
+        assert secret in control.output
+    finally:
+        os.unlink(key)

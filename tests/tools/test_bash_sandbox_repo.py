@@ -331,3 +331,75 @@ async def test_b6_k3_removed_git_link_leaves_its_git_directory_protected_meanwhi
     assert stdout(second) == "done\n" and config.read_bytes() == original
     assert os.readlink(ws / ".git") == "store" and result.error_kind is None
     assert not (ws / ".a3s" / "git-link").exists()  # forgotten once no command runs
+
+
+def _repository_named_by_dot_git(ws: Path, layout: str) -> None:
+    """A work tree at ``ws`` whose git directory is ``ws/a/gd``, named by a ``gitdir:`` file (as
+    ``git init --separate-git-dir`` makes) or by a ``.git`` symlink."""
+    (ws / "a").mkdir(parents=True)
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(ws.parent)}
+    git = ["git", "-c", "init.defaultBranch=main"]
+    if layout == "file":
+        subprocess.run(
+            [*git, "init", "-q", f"--separate-git-dir={ws / 'a' / 'gd'}", str(ws)], check=True, env=env
+        )
+    else:
+        subprocess.run([*git, "init", "-q", str(ws)], check=True, env=env)
+        (ws / ".git").rename(ws / "a" / "gd")
+        (ws / ".git").symlink_to("a/gd")
+    (ws / "f.txt").write_text("f\n")
+    assert _user_git_status(ws).returncode == 0
+
+
+_MOVE_AND_PLANT = (
+    "mv a b && mkdir -p a/gd/objects a/gd/refs/heads && echo 'ref: refs/heads/main' > a/gd/HEAD && "
+    "printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = \"touch {pwn}; false\"\\n' > a/gd/config && "
+    "echo PLANTED"
+)
+
+
+@pytest.mark.parametrize("layout", ["file", "link"])
+async def test_b6_k3_moving_the_named_git_directory_away_plants_no_repository(tmp_path, layout):
+    """B-6, K-3: only the git directory a ``.git`` file or symlink names is a read-only mount, not
+    its parent. ``mv a b`` (for ``gitdir: a/gd``) and a repository of the command's own at ``a/gd``
+    with ``core.fsmonitor``: the host's next ``git status`` ran it. Now ``.git`` itself is
+    quarantined when a directory it names is no longer the same: no repository is found there."""
+    ws = tmp_path / "ws"
+    _repository_named_by_dot_git(ws, layout)
+    pwn = tmp_path / "pwned"
+    result = await bash(governed(ws), command=_MOVE_AND_PLANT.format(pwn=pwn))
+    assert "PLANTED" in result.output
+    assert result.error_kind is not None and result.error_kind["reason"] == "protected_path"
+    kept = result.metadata["quarantined_git"]
+    assert kept.startswith(".a3s/quarantine/") and exists(ws / kept) and not exists(ws / ".git")
+    status = _user_git_status(ws)
+    assert status.returncode != 0 and "not a git repository" in status.stderr
+    assert not pwn.exists()
+    again = await bash(governed(ws), command="echo ok")
+    assert again.output == "ok\n" and again.error_kind is None
+
+
+async def test_b6_a_fifo_commondir_does_not_block_preparing_the_sandbox(tmp_path):
+    """B-6: ``commondir`` was opened blocking on the event loop (``prepare`` runs there): a FIFO in
+    its place (a git directory the command made at the named path) froze the host process."""
+    import threading
+
+    from tools.bash import mounts
+
+    ws = tmp_path / "ws"
+    (ws / "gd").mkdir(parents=True)
+    (ws / ".git").write_text("gitdir: gd\n")
+    os.mkfifo(ws / "gd" / "commondir")
+    found: list[list[str]] = []
+    root_fd = os.open(ws, os.O_PATH | os.O_DIRECTORY)
+    try:
+        worker = threading.Thread(target=lambda: found.append(mounts.named_git_dirs(str(ws), root_fd)))
+        worker.start()
+        worker.join(10)
+        blocked = worker.is_alive()
+        if blocked:  # let the stuck open go, so the test fails instead of hanging
+            os.close(os.open(ws / "gd" / "commondir", os.O_WRONLY | os.O_NONBLOCK))
+            worker.join(10)
+    finally:
+        os.close(root_fd)
+    assert not blocked and found == [[str(ws / "gd")]]

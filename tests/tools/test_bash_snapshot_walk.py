@@ -94,3 +94,24 @@ async def test_b2_mtime_snapshot_under_the_caps_is_complete(tmp_path):
     os.symlink("top.txt", tmp_path / "link")
     snap = changes._mtime_snapshot(tmp_path, deadline=float("inf"))
     assert sorted(snap) == ["a/b/f.txt", "top.txt"]
+
+
+@pytest.mark.parametrize("repository", [False, True])
+async def test_b2_snapshot_paths_are_bounded_in_characters(tmp_path, monkeypatch, repository):
+    """B-2: deep, long names (20,000 files of ~3.7 KiB paths) made one snapshot hold 73 MB, the
+    "before" one for the whole command; past ``SNAPSHOT_MAX_PATH_CHARS`` of paths (lowered here)
+    the snapshot is unknown (None), like past its file cap — for the mtime and the git kind."""
+    if repository:
+        import pygit2
+
+        pygit2.init_repository(str(tmp_path))
+    deep = tmp_path / ("d" * 200) / ("e" * 200)
+    deep.mkdir(parents=True)
+    for i in range(100):
+        (deep / f"{i:03d}{'x' * 200}").write_bytes(b"")
+    # No clock involved: the 400 ms budget is not what is tested.
+    kind, entries = changes._snapshot(tmp_path, deadline=float("inf"))
+    assert kind == ("git" if repository else "mtime") and len(entries) == 100
+    monkeypatch.setattr(changes, "SNAPSHOT_MAX_PATH_CHARS", 20_000)  # 100 paths of ~605 chars
+    with pytest.raises(changes._Unknown):
+        changes._snapshot(tmp_path, deadline=float("inf"))

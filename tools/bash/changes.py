@@ -14,6 +14,9 @@ Two snapshot kinds, chosen by the workspace:
   followed), at most ``MTIME_SNAPSHOT_MAX_FILES`` files and ``MTIME_SNAPSHOT_MAX_ENTRIES``
   directory entries of any kind, read one entry at a time (a huge directory is never listed whole).
 
+Either kind keeps at most ``SNAPSHOT_MAX_PATH_CHARS`` characters of paths (8 Mi): past that it is
+"unknown" too, so deep, long names cannot make a snapshot hold tens of megabytes for a whole command.
+
 Each snapshot runs in a worker thread under a ``SNAPSHOT_BUDGET_S`` (400 ms) budget; when either
 side runs out of budget or files, ``changed_paths`` is None ("unknown"), never a partial guess.
 A snapshot thread that overruns is abandoned (its result is dropped; libgit2 cannot be interrupted).
@@ -36,9 +39,15 @@ MTIME_SNAPSHOT_MAX_FILES = 20_000
 # Every directory entry the mtime walk reads counts (directories, symlinks, FIFOs too): a
 # directory of a million symlinks holds no regular file, yet costs as much to read.
 MTIME_SNAPSHOT_MAX_ENTRIES = 2 * MTIME_SNAPSHOT_MAX_FILES
+# The paths a snapshot keeps, in characters: 20,000 files of ~3.7 KiB paths (deep directories of
+# 250-byte names) held 73 MB per snapshot — and the "before" one lives as long as the command.
+SNAPSHOT_MAX_PATH_CHARS = 8 * 1024 * 1024
 DEADLINE_CHECK_EVERY = 256  # entries between two looks at the clock
 MAX_DIRTY_PATHS_STATTED = 5_000
 MAX_CHANGED_PATHS = 1_000
+# The reported list's bytes too: 1,000 paths of ~4 KiB each (deep directories of 250-byte names)
+# made 3.8 MB of metadata on a call whose output is capped at 100 KiB.
+MAX_CHANGED_PATHS_BYTES = 64 * 1024
 SKIPPED_DIRS = frozenset({".git", ".a3s"})
 
 SnapshotKind = Literal["git", "mtime"]
@@ -103,6 +112,19 @@ def changed_paths(before: Snapshot | None, after: Snapshot | None) -> list[str] 
     return sorted(k for k in keys if before.entries.get(k) != after.entries.get(k))
 
 
+def reported_paths(changed: list[str]) -> tuple[list[str], bool]:
+    """The first of ``changed`` within ``MAX_CHANGED_PATHS`` paths and ``MAX_CHANGED_PATHS_BYTES``
+    bytes (UTF-8, the encoded path), and whether any were left out."""
+    kept: list[str] = []
+    size = 0
+    for path in changed:
+        size += len(os.fsencode(path))
+        if len(kept) == MAX_CHANGED_PATHS or size > MAX_CHANGED_PATHS_BYTES:
+            return kept, True
+        kept.append(path)
+    return kept, False
+
+
 def _git_snapshot(root: Path, deadline: float) -> dict[str, Entry]:
     import pygit2
 
@@ -150,9 +172,13 @@ def _git_snapshot(root: Path, deadline: float) -> dict[str, Entry]:
     if time.monotonic() > deadline:
         raise _Unknown
     entries: dict[str, Entry] = {}
+    chars = 0
     for i, (path, flags) in enumerate(status.items()):
         if flags == pygit2.enums.FileStatus.CURRENT or flags & pygit2.enums.FileStatus.IGNORED:
             continue
+        chars += len(path)
+        if chars > SNAPSHOT_MAX_PATH_CHARS:
+            raise _Unknown("the dirty paths are too long to keep")
         size, mtime = -1, -1
         if i < MAX_DIRTY_PATHS_STATTED:
             try:
@@ -173,6 +199,7 @@ def _mtime_snapshot(root: Path, deadline: float) -> dict[str, Entry]:
 
     entries: dict[str, Entry] = {}
     pulled = 0
+    chars = 0
     pending = [""]  # workspace-relative directories still to read ("" is the root)
     beneath = Beneath(str(root))
     try:
@@ -206,7 +233,8 @@ def _mtime_snapshot(root: Path, deadline: float) -> dict[str, Entry]:
                                 pending.append(rel)
                         elif stat_mod.S_ISREG(st.st_mode):
                             entries[rel] = (0, st.st_size, st.st_mtime_ns)
-                            if len(entries) > MTIME_SNAPSHOT_MAX_FILES:
+                            chars += len(rel)
+                            if len(entries) > MTIME_SNAPSHOT_MAX_FILES or chars > SNAPSHOT_MAX_PATH_CHARS:
                                 raise _Unknown
             finally:
                 os.close(fd)

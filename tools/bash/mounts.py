@@ -25,7 +25,8 @@ Order of the mount table (later mounts cover earlier ones):
    directories are ordinary workspace content (finding them would cost a walk of the tree on
    every call) — only the root repository's configuration is honoured by our tools;
 6. host secrets masked: ``/etc/shadow``-like files, the usual credential stores under the host
-   user's ``$HOME`` (``MASKED_HOME_PATHS``) and any other procfs mount of the host (a
+   user's ``$HOME`` and under its account's home directory from the user database, when that is
+   another one (``MASKED_HOME_PATHS``) and any other procfs mount of the host (a
    container's ``/host/proc``): an empty read-only tmpfs over directories, the null device
    (unreadable here: bound without device access) over files. A masked path that contains the
    workspace is left alone.
@@ -37,7 +38,9 @@ directory fd) and handed to bubblewrap as an fd, which bubblewrap closes before 
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
+import pwd
 import stat as stat_mod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -66,7 +69,18 @@ MASKED_SYSTEM_PATHS = (
     "/etc/gshadow-",
     "/etc/sudoers",
     "/etc/ssl/private",
+    # Host identities and service credentials, root-only on a typical server or node.
+    "/etc/krb5.keytab",
+    "/etc/letsencrypt",
+    "/etc/wireguard",
+    "/etc/NetworkManager/system-connections",
+    "/etc/kubernetes/pki",
+    "/etc/kubernetes/admin.conf",
+    "/var/lib/kubelet/pki",
+    "/var/lib/cloud/instances",  # cloud-init user-data: often holds bootstrap secrets
 )
+# The SSH host keys' private halves (whoever holds them can impersonate the host).
+MASKED_SYSTEM_GLOBS = ("/etc/ssh/ssh_host_*_key",)
 # Credential stores under the host user's home (as named by $HOME of the host process).
 MASKED_HOME_PATHS = (
     ".ssh",
@@ -92,6 +106,27 @@ MASKED_HOME_PATHS = (
     ".cargo/credentials.toml",
     ".local/share/keyrings",
     ".claude/.credentials.json",
+    # Package registries, databases, object stores and model hubs keep tokens here too.
+    ".pgpass",
+    ".my.cnf",
+    ".s3cfg",
+    ".boto",
+    ".m2/settings.xml",
+    ".m2/settings-security.xml",
+    ".gradle/gradle.properties",
+    ".gem/credentials",
+    ".pip/pip.conf",
+    ".config/pip/pip.conf",
+    ".config/containers/auth.json",
+    ".config/rclone",
+    ".huggingface/token",
+    ".cache/huggingface/token",
+    # Shell and REPL histories: tokens typed on a command line (`export TOKEN=…`, `psql postgres://u:pw@…`).
+    ".bash_history",
+    ".zsh_history",
+    ".python_history",
+    ".psql_history",
+    ".mysql_history",
 )
 _PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -176,22 +211,33 @@ def _git_binds(root: str, root_fd: int) -> Iterator[tuple[int, str]]:
     if stat_mod.S_ISDIR(st.st_mode):
         yield os.open(GIT_DIR, _PATH_FLAGS | os.O_DIRECTORY, dir_fd=root_fd), dest
         return
+    if stat_mod.S_ISREG(st.st_mode):
+        yield os.open(GIT_DIR, _PATH_FLAGS, dir_fd=root_fd), dest
+    for path in named_git_dirs(root, root_fd):
+        yield from _bind_dir(path)
+
+
+def named_git_dirs(root: str, root_fd: int) -> list[str]:
+    """The physical paths of the git directories ``<root>/.git`` names, existing or not: a
+    symlink's target, or a ``gitdir:`` file's directory and that directory's ``commondir``.
+    ``rootgit`` checks after a command that they are still the directories they were."""
+    try:
+        st = os.lstat(GIT_DIR, dir_fd=root_fd)
+    except OSError:
+        return []
     if stat_mod.S_ISLNK(st.st_mode):
-        target = os.path.realpath(dest)
-        if os.path.isdir(target):
-            yield from _bind_dir(target)
-        return
+        return [os.path.realpath(os.path.join(root, GIT_DIR))]
     if not stat_mod.S_ISREG(st.st_mode):
-        return
-    yield os.open(GIT_DIR, _PATH_FLAGS, dir_fd=root_fd), dest
+        return []
     gitdir = _read_gitfile(root_fd)
     if gitdir is None:
-        return
+        return []
     gitdir = os.path.realpath(os.path.join(root, gitdir))
-    yield from _bind_dir(gitdir)
+    named = [gitdir]
     common = _read_small(os.path.join(gitdir, "commondir"))
     if common:
-        yield from _bind_dir(os.path.realpath(os.path.join(gitdir, common)))
+        named.append(os.path.realpath(os.path.join(gitdir, common)))
+    return named
 
 
 def _bind_dir(path: str) -> Iterator[tuple[int, str]]:
@@ -217,11 +263,21 @@ def _read_gitfile(root_fd: int) -> str | None:
 
 
 def _read_small(path: str) -> str | None:
+    """A small regular file's text; None for anything else. Opened non-blocking: a FIFO planted
+    where a ``commondir`` is read blocked the event loop (``prepare`` runs on it) for ever."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read(MAX_GITFILE_BYTES).decode("utf-8", "replace").strip() or None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    try:
+        if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, MAX_GITFILE_BYTES)
     except OSError:
         return None
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", "replace").strip() or None
 
 
 def _extra_procfs_mounts() -> list[str]:
@@ -242,11 +298,35 @@ def _extra_procfs_mounts() -> list[str]:
     return found
 
 
+def _expand(patterns: tuple[str, ...]) -> list[str]:
+    return sorted(path for pattern in patterns for path in glob.glob(pattern))
+
+
+def _account_home() -> str | None:
+    """The host uid's home directory as the user database names it (``pwd``), or None."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except (KeyError, OSError):
+        return None
+
+
+def _homes(home: str | None) -> list[str]:
+    """``$HOME`` and the host uid's own home: a worker started as root with ``HOME=/app`` still
+    has its credentials in ``/root``, which the sandbox (the host's uid) can read."""
+    found: list[str] = []
+    for candidate in (home, _account_home()):
+        if candidate and os.path.isabs(candidate) and os.path.realpath(candidate) != "/":
+            if candidate not in found:
+                found.append(candidate)
+    return found
+
+
 def _mask_args(root: str, home: str | None) -> list[str]:
-    paths = [*MASKED_SYSTEM_PATHS, *_extra_procfs_mounts()]
-    if home and os.path.isabs(home) and os.path.realpath(home) != "/":
-        paths += [os.path.join(home, rel) for rel in MASKED_HOME_PATHS]
+    paths = [*MASKED_SYSTEM_PATHS, *_expand(MASKED_SYSTEM_GLOBS), *_extra_procfs_mounts()]
+    for each in _homes(home):
+        paths += [os.path.join(each, rel) for rel in MASKED_HOME_PATHS]
     args: list[str] = []
+    masked: set[str] = set()
     for path in paths:
         try:
             real = os.path.realpath(path)
@@ -255,6 +335,9 @@ def _mask_args(root: str, home: str | None) -> list[str]:
             continue
         if root == real or root.startswith(real.rstrip("/") + "/"):
             continue  # masking it would hide the workspace itself
+        if real in masked:
+            continue  # both homes are one directory, or two names lead to one store
+        masked.add(real)
         if stat_mod.S_ISDIR(st.st_mode):
             args += ["--perms", "0000", "--tmpfs", real, "--remount-ro", real]
         else:

@@ -46,6 +46,14 @@ since (one made after the old was deleted may reuse its inode number: not told a
 A link removed (by anyone) while a command runs is still put back, by the next ``enter`` and by
 that command's ``leave``: who removed it cannot be told apart.
 
+**A moved git directory.** Only the git directory a ``.git`` file or symlink names is a read-only
+mount, not its parent: a command could rename the parent (``mv a b`` for ``gitdir: a/gd``) and make
+a repository of its own at the named path, with ``core.fsmonitor`` — the host's next ``git status``
+ran it. So ``enter`` notes the identity of every git directory inside the workspace that ``.git``
+names (and its ``commondir``), and ``leave`` quarantines ``.git`` itself when one of them is no
+longer the same directory (or a removed link is not put back): the host's git then finds no
+repository there, and the user restores ``.git`` after looking.
+
 What stays open: a ``.git`` *symlink* replaced by a command exists until the command ends (a host
 ``git`` meanwhile honours the replacement). Nested repositories (``sub/.git``) are ordinary
 workspace content (docs/sandbox.md).
@@ -66,6 +74,7 @@ from dataclasses import dataclass
 from kernel.beneath import O_PATH_DIR, atomic_write_at, read_regular_at
 from kernel.errors import PermissionDenied
 from kernel.statedir import ensure_state_dir, open_state_dir
+from tools.bash.mounts import named_git_dirs
 
 GIT_DIR = ".git"
 QUARANTINE = "quarantine"
@@ -104,6 +113,8 @@ class Guard:
     root: str
     before: RootGit | None
     lock_fd: int
+    # The git directories inside the workspace that ``.git`` names, with their identity then.
+    named: tuple[tuple[str, tuple[int, int] | None], ...] = ()
 
 
 def is_placeholder(st: os.stat_result) -> bool:
@@ -135,12 +146,13 @@ def enter(root: str) -> Guard:
                 else:
                     _make_placeholder(fd)
             before = _entry(fd)
+            named = _named_identities(root, fd)
         finally:
             os.close(fd)
     except BaseException:
         os.close(lock_fd)
         raise
-    return Guard(root, before, lock_fd)
+    return Guard(root, before, lock_fd, named)
 
 
 def leave(guard: Guard) -> str | None:
@@ -173,6 +185,13 @@ def _leave(guard: Guard) -> str | None:
                 except OSError:
                     pass  # written into from the host meanwhile: not ours to delete, quarantined below
                 return _quarantine(guard.root, fd)
+        if any(_identity(path) != identity for path, identity in guard.named):
+            # The git directory `.git` names was moved away or replaced: its parent can be renamed
+            # (only the directory itself is a read-only mount), and the path then led the host's git
+            # to a repository the command made (`core.fsmonitor`). `.git` is not left naming it.
+            if after is None:
+                return "(nowhere: the command removed it; it is not put back)"
+            return _quarantine(guard.root, fd)
         if after == before:
             return None
         kept = _quarantine(guard.root, fd) if after is not None else None
@@ -278,6 +297,25 @@ def _forget_link(root: str) -> None:
         open_state_dir(root, create=False) as state,
     ):
         os.unlink(LINK_RECORD, dir_fd=state.fd)
+
+
+def _named_identities(root: str, root_fd: int) -> tuple[tuple[str, tuple[int, int] | None], ...]:
+    """The git directories inside the workspace that ``.git`` names (``mounts.named_git_dirs``)
+    with device and inode, or None where nothing is there; outside ones the sandbox cannot touch."""
+    try:
+        paths = named_git_dirs(root, root_fd)
+    except (OSError, ValueError, RecursionError):  # realpath through a 1,500-link chain
+        return ()
+    inside = root.rstrip("/") + "/"
+    return tuple((path, _identity(path)) for path in paths if path.startswith(inside))
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _make_placeholder(root_fd: int) -> None:

@@ -64,7 +64,7 @@ from kernel.result import ToolResult
 from kernel.spec import ToolSpec
 from tools.bash import rootgit
 from tools.bash.capture import OUTPUT_MAX_BYTES, OutputCapture, Stream
-from tools.bash.changes import MAX_CHANGED_PATHS, changed_paths, take_snapshot
+from tools.bash.changes import changed_paths, reported_paths, take_snapshot
 from tools.bash.environment import host_environment, minimal_environment
 from tools.bash.runner import run_shell
 from tools.bash.sandbox import BwrapSandbox, Sandbox, SandboxCommand, default_sandbox
@@ -215,17 +215,18 @@ async def _run_in(
     state["cwd"] = cwd_rel
 
     changed = changed_paths(before, after)
+    shown, cut = reported_paths(changed) if changed is not None else (None, False)
     metadata: dict[str, Any] = {
         "exit_code": outcome.exit_code,
         "sandboxed": sandbox is not None,
         "output": capture.summary(timed_out=outcome.timed_out),
         "timeout_ms": timeout_ms,
-        "changed_paths": changed[:MAX_CHANGED_PATHS] if changed is not None else None,
+        "changed_paths": shown,
         "changed_paths_source": before.kind if changed is not None and before is not None else None,
         "cwd": cwd_rel or ".",
         "duration_ms": outcome.duration_ms,
     }
-    if changed is not None and len(changed) > MAX_CHANGED_PATHS:
+    if cut:
         metadata["changed_paths_truncated"] = True
     if sandbox_available is not None:
         metadata["sandbox_available"] = sandbox_available
@@ -237,9 +238,10 @@ async def _run_in(
     if quarantined is not None:
         metadata["quarantined_git"] = quarantined
         error = PermissionDenied(
-            "The command created or replaced .git at the workspace root; sandboxed commands may not "
-            "change repository metadata (the user's next git command would honour its config and "
-            f"hooks). It was moved to {quarantined}. Nested repositories (sub/.git) are allowed.",
+            "The command created or replaced .git at the workspace root, or moved the git directory "
+            "it names; sandboxed commands may not change repository metadata (the user's next git "
+            f"command would honour its config and hooks). .git was moved to {quarantined}. Nested "
+            "repositories (sub/.git) are allowed.",
             reason="protected_path",
             path=".git",
         )

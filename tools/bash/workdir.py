@@ -54,7 +54,10 @@ def relative_inside(root: Path, path: str) -> str | None:
     """The workspace-relative form of ``path`` (physically resolved), or None outside / internal."""
     try:
         real = Path(os.path.realpath(path))
-    except OSError:  # a component changed kind mid-resolution (a concurrent swap): not usable
+    except (OSError, ValueError, RecursionError):
+        # A component changed kind mid-resolution (a concurrent swap), the path holds a NUL byte,
+        # or it runs through a chain of symlinks deeper than realpath's recursion (the command
+        # wrote its own "cwd report"): not usable.
         return None
     if real == root:
         return ""
