@@ -1,0 +1,63 @@
+"""Globs match in linear time (SPEC Q-1, Q-4; K-6: a call cannot stop the host).
+
+``include``, the glob mode's ``query`` and every ignore-file line were compiled to a Python ``re``
+pattern, which backtracks: the glob ``*a*a*a*a*b`` against one 200-character file name took 3.9 s
+holding the GIL — every session of the process stood still, and no deadline can stop one match —
+and each further ``*a`` multiplied that by ~50. Globs are now matched by RE2, with the same answers.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from kernel import PermissionPolicy, SessionOptions
+from orchestrator import Agent
+from tools.search.ignore import compile_glob, parse_ignore_file
+
+PATTERNS = [
+    "*a*b", "*.py", "src/**/*.rs", "{a,b}*.{c,d}", "[!-0]x", "[/]", "a?c", "**", "x/**", "\udcffz*",
+    "[a-]q", "*\n*", "f\\*o", "[[:alpha:]]", "[+-0]", "**/y/*", "[^a]*", "\\[x]", "a{b,{c,d}}e",
+    "*~", "é*", "[é-ü]", ".*", "[-]", "(x)", "a|b", "$x", "^",
+]  # fmt: skip
+NAMES = [
+    "a" * 20, "x.py", "src/q/r/t.rs", "b1.d", "!x", "/x", ".x", "abc", "a/c", "x/y/z", "\udcffzz",
+    "-q", "a\nb", "f*o", "fxo", ":]", "q/x.py", "+x", "0x", "y/q", "a/y/b", "[x]", "ace", "abe",
+    "q~", "éa", "ö", "-", "(x)", "a|b", "$x", "^", "src/a.rs", "x",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_q4_linear_matching_answers_as_the_regex_did(pattern):
+    """Q-4: RE2 is used, and agrees with the Python spelling on every name (lone surrogates,
+    classes around '/', escapes, alternation, '**')."""
+    glob = compile_glob(pattern)
+    assert glob.linear is not None
+    for name in NAMES:
+        assert glob.matches(name, False) == (glob.regex.match(name) is not None), (pattern, name)
+
+
+def test_q4_a_backtracking_glob_is_fast():
+    """Q-4, K-6: 3.9 s (GIL held) for four ``*a`` before; now microseconds, ten ``*a`` too."""
+    start = time.monotonic()
+    assert not compile_glob("*a" * 4 + "*b").matches("a" * 200, False)
+    assert not any(p.matches("a" * 200, False) for p in parse_ignore_file("*a" * 4 + "*b\n"))
+    assert time.monotonic() - start < 1.0
+    assert not compile_glob("*a" * 10 + "*b").matches("a" * 250, False)
+
+
+def test_q4_glob_mode_on_a_hostile_name_returns(tmp_path: Path):
+    """Q-4: through the model-side tool (before: ~4 s for this query, hours for ``*a`` x 8)."""
+    (tmp_path / ("a" * 200)).write_text("x\n")
+    (tmp_path / ("a" * 190 + "b")).write_text("x\n")
+    with Agent() as agent:
+        s = agent.session(
+            str(tmp_path), options=SessionOptions(permission_policy=PermissionPolicy(allow=["search"]))
+        )
+        start = time.monotonic()
+        result = s.model_tool_call("search", {"mode": "glob", "query": "*a" * 4 + "*b", "sort": "path"})
+        assert result.exit_code == 0, result.output
+        assert result.metadata["paths"] == ["a" * 190 + "b"]
+        assert time.monotonic() - start < 30
