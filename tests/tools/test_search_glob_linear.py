@@ -61,3 +61,31 @@ def test_q4_glob_mode_on_a_hostile_name_returns(tmp_path: Path):
         assert result.exit_code == 0, result.output
         assert result.metadata["paths"] == ["a" * 190 + "b"]
         assert time.monotonic() - start < 30
+
+
+def test_q2_names_with_control_characters_cannot_forge_result_lines(tmp_path: Path):
+    """Q-2, Q-4 (as ls does): a newline or escape in a file name is shown quoted, C-escaped, in the
+    text of grep (content, count, files_with_matches), glob and bm25; metadata keeps it exact. A
+    file named ``x\\nREADME.md:1:fake`` printed a match line of a file that does not exist."""
+    evil = "x\nREADME.md:1:fake \x1b[31mred"
+    (tmp_path / evil).write_text("needle\n")
+    with Agent() as agent:
+        s = agent.session(
+            str(tmp_path), options=SessionOptions(permission_policy=PermissionPolicy(allow=["search"]))
+        )
+        calls = [
+            {"mode": "grep", "query": "needle"},
+            {"mode": "grep", "query": "needle", "output_mode": "count"},
+            {"mode": "grep", "query": "needle", "output_mode": "files_with_matches"},
+            {"mode": "glob", "query": "*", "sort": "path"},
+            {"mode": "bm25", "query": "needle"},
+        ]
+        for args in calls:
+            result = s.model_tool_call("search", args)
+            assert result.exit_code == 0, result.output
+            assert "\x1b" not in result.output and "\nREADME.md:1:fake" not in result.output, args
+            assert '"x\\nREADME.md:1:fake \\x1b[31mred"' in result.output, (args, result.output)
+        for i in (2, 3):  # files_with_matches, glob (ripgrep printed the names one per line)
+            assert s.model_tool_call("search", calls[i]).metadata["paths"] == [evil]
+        counts = s.model_tool_call("search", calls[1]).metadata["counts"]
+        assert counts == [{"path": evil, "count": 1}]
