@@ -31,6 +31,7 @@ from tools.git.view import (
     relative_to_workspace,
     too_large,
 )
+from tools.ls import shown_name
 
 LOG_SCAN_CAP = 5000  # commits a log walk may visit (offset + page)
 MAX_LISTED_ENTRIES = 200  # status lines / per-file diff stats kept in output and metadata
@@ -130,7 +131,8 @@ def status(view: GitView) -> Result:
         lines.append("nothing to commit, working tree clean")
     else:
         lines.append(f"Changes ({len(entries)}):")
-        lines.extend(f"  {status_code(f)} {p}" for p, f in entries[:MAX_LISTED_ENTRIES])
+        # A name is quoted when it holds a newline or control character (it forged entry lines).
+        lines.extend(f"  {status_code(f)} {shown_name(p)}" for p, f in entries[:MAX_LISTED_ENTRIES])
         if len(entries) > MAX_LISTED_ENTRIES:
             lines.append(f"  ... and {len(entries) - MAX_LISTED_ENTRIES} more")
     meta = {
