@@ -90,3 +90,30 @@ def test_q2_names_with_control_characters_cannot_forge_result_lines(tmp_path: Pa
             assert s.model_tool_call("search", calls[i]).metadata["paths"] == [evil]
         counts = s.model_tool_call("search", calls[1]).metadata["counts"]
         assert counts == [{"path": evil, "count": 1}]
+
+
+def test_q4_deeply_nested_braces_are_refused_or_skipped(tmp_path: Path):
+    """Q-1, Q-4, K-8: 1,000 nested ``{`` made Python's re parser raise RecursionError: as a
+    ``.gitignore`` line it failed every grep and glob of a ``git:`` view of the repository; as a
+    query it surfaced as a crash. Now the query is invalid_argument and the ignore line skipped."""
+    import subprocess
+
+    deep = "{" * 1000 + "a" + "}" * 1000
+    (tmp_path / "a.txt").write_text("needle\n")
+    (tmp_path / ".gitignore").write_text(deep + "\n")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "-A"], check=True)
+    subprocess.run(
+        ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"],
+        check=True,
+    )
+    assert parse_ignore_file(deep + "\n*.log\n")[0].source == "*.log"
+    policy = SessionOptions(permission_policy=PermissionPolicy(allow=["search"]))
+    with Agent() as agent:
+        view = agent.session(f"git:{tmp_path}@HEAD", options=policy)
+        result = view.model_tool_call("search", {"mode": "grep", "query": "needle"})
+        assert result.exit_code == 0 and "a.txt:1:needle" in result.output, result.output
+        local = agent.session(str(tmp_path), options=policy)
+        refused = local.model_tool_call("search", {"mode": "glob", "query": deep})
+        assert refused.error_kind["type"] == "invalid_argument"
+        assert "more than 32 deep" in refused.output

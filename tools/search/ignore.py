@@ -31,6 +31,7 @@ from kernel.workspace import Entry, Workspace
 IGNORE_FILES = (".rgignore", ".ignore", ".gitignore")  # highest precedence first
 NEVER_SEARCHED = frozenset({".git", ".a3s"})
 MAX_IGNORE_FILE_BYTES = 1024 * 1024
+MAX_GLOB_NESTING = 32  # '{' groups inside each other (ripgrep's globset allows none)
 
 Match = Literal["ignore", "whitelist"] | None
 
@@ -90,6 +91,10 @@ def glob_to_regex(glob: str, *, linear: bool = False) -> str:
             i = end + 1
         elif c == "{":
             depth += 1
+            if depth > MAX_GLOB_NESTING:
+                # Python's re parser recurses per group: ~1000 nested '{' raised RecursionError,
+                # and an ignore-file line like that failed every search of the workspace.
+                raise InvalidArgument(f"glob nests '{{' more than {MAX_GLOB_NESTING} deep")
             out.append("(?:")
             i += 1
         elif c == "}" and depth:
