@@ -28,6 +28,9 @@ _PATTERNS: list[tuple[str | None, str]] = [
     ("xox", r"\bxox[baprs]-[A-Za-z0-9\-]{10,}\b"),
     ("AIza", r"\bAIza[0-9A-Za-z_\-]{35}\b"),
     ("authorization", r"\b((?i:authorization):\s*(?i:bearer)\s+)[A-Za-z0-9._\-]{16,}"),
+    # The password of a URL's userinfo (``https://user:TOKEN@host``, as git remotes store tokens):
+    # matched from the literal ``://``, so a long run of letters before it costs nothing.
+    ("://", r"(://[^\s/:@]*:)[^\s/@]+(?=@)"),
 ]
 _GH_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")
 

@@ -366,6 +366,26 @@ def test_p4_max_tool_calls_is_enforced_before_the_extra_call(agent: Agent, works
     assert burst.error_kind["resource"] == "tool_calls" and not list(workspace.glob("b*.txt"))
 
 
+def test_p4_max_tool_calls_counts_each_batch_invocation(agent: Agent, workspace: Path) -> None:
+    """P-2, P-4, K-3: a ``batch`` the script calls counts one call per invocation. Counted as one,
+    ``maxToolCalls: 1`` ran a batch of 32 writes (and 1,000 such calls 32,000)."""
+    s = agent.session(workspace)
+    src = """async function run(ctx, i) {
+      return (await ctx.tool('batch', {invocations: Array.from({length: i.n}, (_, k) =>
+        ({tool: 'write', args: {file_path: `q${k}.txt`, content: 'x'}}))})).exitCode;
+    }"""
+    refused = s.program(source=src, inputs={"n": 3}, limits={"maxToolCalls": 2})
+    assert refused.error_kind == {
+        "type": "budget_exhausted",
+        "resource": "tool_calls",
+        "reason": "max_tool_calls",
+    }
+    assert not list(workspace.glob("q*.txt"))
+    ok = s.program(source=src, inputs={"n": 2}, limits={"maxToolCalls": 2})
+    assert ok.exit_code == 0 and ok.metadata["script_result"] == 0, ok.output
+    assert sorted(p.name for p in workspace.glob("q*.txt")) == ["q0.txt", "q1.txt"]
+
+
 def test_p4_task_takes_one_item_inside_a_program(
     agent: Agent, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

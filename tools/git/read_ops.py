@@ -11,6 +11,7 @@ listed with its sizes and a note instead); listings hold at most ``MAX_LISTED_EN
 from __future__ import annotations
 
 import os
+import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -31,6 +32,7 @@ from tools.git.view import (
     relative_to_workspace,
     too_large,
 )
+from tools.ls import shown_name
 
 LOG_SCAN_CAP = 5000  # commits a log walk may visit (offset + page)
 MAX_LISTED_ENTRIES = 200  # status lines / per-file diff stats kept in output and metadata
@@ -130,7 +132,8 @@ def status(view: GitView) -> Result:
         lines.append("nothing to commit, working tree clean")
     else:
         lines.append(f"Changes ({len(entries)}):")
-        lines.extend(f"  {status_code(f)} {p}" for p, f in entries[:MAX_LISTED_ENTRIES])
+        # A name is quoted when it holds a newline or control character (it forged entry lines).
+        lines.extend(f"  {status_code(f)} {shown_name(p)}" for p, f in entries[:MAX_LISTED_ENTRIES])
         if len(entries) > MAX_LISTED_ENTRIES:
             lines.append(f"  ... and {len(entries) - MAX_LISTED_ENTRIES} more")
     meta = {
@@ -480,9 +483,20 @@ def stash_list(view: GitView, *, offset: int, limit: int) -> Result:
     return _listing("Stashes", "stashes", rows, pm), {"count": len(page), "page": pm, "stashes": page}
 
 
+_URL_PASSWORD = re.compile(r"(://[^\s/:@]*:)[^\s/@]+(?=@)")
+
+
+def _no_password(url: str | None) -> str | None:
+    """``url`` with the password of its userinfo replaced (a token git stores in a remote URL): the
+    kernel's redactor cleans the text, but ``metadata.remotes`` reached scripts and events whole."""
+    return _URL_PASSWORD.sub(r"\1[REDACTED]", url) if url else url
+
+
 def remote_list(view: GitView, *, remote_name: str | None, offset: int, limit: int) -> Result:
     remotes = sorted(view.repo.remotes, key=lambda r: r.name or "")
-    items = [{"name": r.name, "url": r.url, "push_url": r.push_url} for r in remotes]
+    items = [
+        {"name": r.name, "url": _no_password(r.url), "push_url": _no_password(r.push_url)} for r in remotes
+    ]
     if remote_name is not None:
         items = [r for r in items if r["name"] == remote_name]
         if not items:

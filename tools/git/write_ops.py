@@ -29,7 +29,14 @@ from pygit2.enums import CheckoutNotify, CheckoutStrategy, DiffFlag, FileMode, F
 
 from kernel import gitstatus
 from kernel.beneath import O_WALK_DIR, Fd
-from kernel.errors import InvalidArgument, NotFound, PathOutsideWorkspace, Unsupported, VersionConflict
+from kernel.errors import (
+    InvalidArgument,
+    NotFound,
+    PathOutsideWorkspace,
+    PermissionDenied,
+    Unsupported,
+    VersionConflict,
+)
 from kernel.gittree import open_repository, resolve_commit
 from kernel.gitwhole import MAX_WHOLE_FILE_BYTES, LargeFile, filtered_and_read
 from kernel.workspace import INTERNAL_DIR, LocalWorkspace, normalize_relative
@@ -93,6 +100,7 @@ def checkout(view: GitView, *, ref: str | None, force: bool) -> Result:
     else:
         commit = resolve_commit(repo, ref)
         head_target = commit.id
+    _check_state_dir(repo, commit, ref)
     _check_checkout_sizes(view, commit, ref, force=force)
     links = in_the_way(repo, str(view.root), commit.tree)
     if links and not force:
@@ -131,6 +139,31 @@ def checkout(view: GitView, *, ref: str | None, force: bool) -> Result:
         "changed_paths": sorted(p for p in notes.updated if not is_internal(p)),
     }
     return out, meta
+
+
+def _state_dir_entry(tree: pygit2.Tree | None) -> tuple[str, int] | None:
+    if tree is None or INTERNAL_DIR not in tree:
+        return None
+    entry = tree[INTERNAL_DIR]
+    return str(entry.id), int(entry.filemode)
+
+
+def _check_state_dir(repo: pygit2.Repository, commit: pygit2.Commit, ref: str) -> None:
+    """Refuse a checkout that would write, replace or delete anything under ``.a3s/``: a commit
+    whose top-level ``.a3s`` entry differs from HEAD's (an added, changed or removed tree, file or
+    symlink). ``.a3s/`` is the host's (skills and agents read when a session is built, workflow
+    logs replayed on resume, the search index, the ``.git`` link record): no model-side tool may
+    write it, and libgit2 would write a commit's ``.a3s/`` files there like any others."""
+    head_tree = None if repo.head_is_unborn else repo.head.peel(pygit2.Commit).tree
+    if _state_dir_entry(commit.tree) == _state_dir_entry(head_tree):
+        return
+    raise PermissionDenied(
+        f"checkout of {ref} would change {INTERNAL_DIR}/ (its commit's {INTERNAL_DIR} entry differs from "
+        f"HEAD's): {INTERNAL_DIR}/ holds a3s-fleet's own state (skills, agents, workflow logs, the index), "
+        "which the git tool never writes; check that commit out outside a3s-fleet",
+        reason="protected_path",
+        path=INTERNAL_DIR,
+    )
 
 
 def _check_checkout_sizes(view: GitView, commit: pygit2.Commit, ref: str, *, force: bool) -> None:

@@ -3,7 +3,8 @@
 ``ProgramBridge.handle(calls)`` answers a batch of requests drained from the VM's outbox. Before
 anything runs, every request of the batch is checked — the allow-list (P-2, P-4: ``program``,
 ``dynamic_workflow`` and ``parallel_task`` never; a ``search`` mode name on the list allows that
-mode), ``task`` with one item only, and ``maxToolCalls`` — and a violation ends the script with no
+mode), ``task`` with one item only, and ``maxToolCalls`` (a ``batch`` counts one call per invocation)
+— and a violation ends the script with no
 call of the batch started (``HandlerAbort``). Allowed calls go through the scoped ``NestedInvoker``
 narrowed to the allow-list, so the kernel decides their origin (``trusted_host_nested`` under a
 trusted host-direct program, ``governed_nested`` otherwise) and applies policy, hooks, budget and the
@@ -106,6 +107,7 @@ class ProgramBridge:
         self.max_output_bytes = max_output_bytes
         self.invoker: NestedInvoker = ctx.invoker.narrowed(sorted(allow.tools))
         self.tool_calls: list[dict[str, Any]] = []
+        self.charged = 0  # tool calls counted against max_tool_calls (``_call_weight``)
 
     async def handle(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
         replies: dict[int, dict[str, Any]] = {}
@@ -125,7 +127,8 @@ class ProgramBridge:
                 self.allow.check(name, args)
         except ToolError as err:
             raise HandlerAbort(err) from None
-        if len(self.tool_calls) + len(planned) > self.max_tool_calls:
+        charge = sum(_call_weight(name, args) for _, _, name, args in planned)
+        if self.charged + charge > self.max_tool_calls:
             raise HandlerAbort(
                 BudgetExhausted(
                     f"PTC script exceeded maxToolCalls={self.max_tool_calls}",
@@ -133,6 +136,7 @@ class ProgramBridge:
                     reason="max_tool_calls",
                 )
             )
+        self.charged += charge
         results = await self._run(planned)
         for (cid, kind, name, _args), result in zip(planned, results, strict=True):
             meta = _without(result.metadata, *HARNESS_KEYS)
@@ -190,6 +194,16 @@ class ProgramBridge:
                 "metadata": _compacted(meta, size, self.max_output_bytes),
             },
         }
+
+
+def _call_weight(name: str, args: dict[str, Any]) -> int:
+    """How many tool calls a request makes: a ``batch`` makes one per invocation (at least one),
+    anything else one. A batch counted as one let ``maxToolCalls: 1`` run 32 reads."""
+    if name == "batch":
+        invocations = args.get("invocations")
+        if isinstance(invocations, list):
+            return max(1, len(invocations))
+    return 1
 
 
 def _plan(kind: Any, payload: Any) -> tuple[str, str, dict[str, Any]]:

@@ -17,6 +17,7 @@ from typing import Any
 from kernel.beneath import O_READ
 from kernel.errors import Cancelled, InvalidArgument, Timeout, ToolError
 from kernel.workspace import Workspace
+from tools.ls import shown_name
 from tools.search import bm25
 from tools.search.grep import Guard, build_query, pick_engine
 from tools.search.grep_local import beneath_of, is_local
@@ -271,7 +272,7 @@ def run_bm25(
     for rank, ((p, start, end, score), (lines, best)) in enumerate(zip(picked, best_lines, strict=True), 1):
         lo, hi = max(start, best - context), min(end, best + context)
         out.append("")
-        out.append(f"{rank}. {p}:{start}-{end} (score {score:.4f})")
+        out.append(f"{rank}. {shown_name(p)}:{start}-{end} (score {score:.4f})")
         for n in range(lo, hi + 1):
             line = lines[n - 1]
             line = line[:-1] if line.endswith("\r") else line

@@ -17,6 +17,7 @@ from typing import Any
 
 from kernel.errors import InvalidArgument, NotFound, ToolError
 from kernel.workspace import Workspace
+from tools.ls import shown_name
 from tools.search import paging
 from tools.search.grep import MAX_SOURCE_ANCHORS, Guard, ignore_files_above, rg_binary
 from tools.search.grep_local import beneath_of, is_local
@@ -69,6 +70,7 @@ def _list_rg(
         "-g",
         "!.a3s",
         "--files",
+        "--null",  # names are NUL-terminated: a newline in one is part of it
         "--",
         base or ".",
     ]
@@ -80,7 +82,7 @@ def _list_rg(
             p = os.fsdecode(line)
             paths.append(p[2:] if p.startswith("./") else p)
 
-    engine._run(ws, argv, guard, on_line, result)
+    engine._run(ws, argv, guard, on_line, result, sep=b"\x00")
     # rg printed the names; their mtimes are read beneath the pinned root with no symlink followed,
     # so a directory swapped for a symlink since rg listed it is dropped, never statted outside.
     # Only the names ``keep`` accepts are statted, under the deadline: rg lists 500,000 names a
@@ -145,7 +147,7 @@ def run_glob(
     more = start + limit < len(ordered)
     next_cursor = paging.encode(fp, list(key_list[start + len(page) - 1])) if more and page else None
     paths = [p for p, _ in page]
-    body = list(paths) or ["No files found." if not cursor else "No more files."]
+    body = [shown_name(p) for p in paths] or ["No files found." if not cursor else "No more files."]
     if next_cursor:
         body.append(f"More files available; continue with cursor={next_cursor}")
     if truncated:

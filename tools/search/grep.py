@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from kernel.errors import Cancelled, InvalidArgument, NotFound, Timeout, ToolError, Unsupported
 from kernel.workspace import Workspace
+from tools.ls import shown_name
 from tools.search import paging
 from tools.search.dialect import Dialect, translate
 from tools.search.ignore import IGNORE_FILES, GlobPattern, IgnoreRules, compile_glob
@@ -132,12 +133,13 @@ class ContentCollector:
         block: list[str] = []
         size = 0
         prev = None
+        shown = shown_name(path)  # a newline in a name would forge match lines
         for n, is_match, text in lines:
             if self.context and prev is not None and n != prev + 1:
                 block.append("--")
                 size += 3
             sep = ":" if is_match else "-"
-            rendered = f"{path}{sep}{n}{sep}{cut_line(text)}"
+            rendered = f"{shown}{sep}{n}{sep}{cut_line(text)}"
             block.append(rendered)
             size += len(rendered.encode("utf-8", "surrogatepass")) + 1
             prev = n
@@ -352,9 +354,9 @@ def render_grep(
         return text, meta
     page, next_cursor = page_paths(scan.counts, limit, cursor, fp)
     if mode == "count":
-        body = [f"{p}:{scan.counts[p]}" for p in page]
+        body = [f"{shown_name(p)}:{scan.counts[p]}" for p in page]
     else:
-        body = list(page)
+        body = [shown_name(p) for p in page]
     if not page:
         body = ["No matching files." if not cursor else "No more matching files."]
     if next_cursor:

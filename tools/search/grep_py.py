@@ -24,6 +24,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kernel.errors import InvalidArgument
 from kernel.workspace import MAX_READ_BYTES, Workspace, check_read_size
 from tools.search import grep_stream
 from tools.search.dialect import required_literal
@@ -177,7 +178,17 @@ class PythonEngine:
 
     def _scan(self, ws: Workspace, q: GrepQuery, guard: Guard, sink: ContentSink | None) -> ScanResult:
         linear = compile_linear(q.dialect.rust, q.case_sensitive)
-        matcher: Any = linear if linear is not None else compile_python(q)
+        if linear is None:
+            # Python ``re`` backtracks holding the GIL, and no deadline stops one match: on a line
+            # of 40 'a's, (?:[a\W]+)+b would stop every session of the process for days.
+            raise InvalidArgument(
+                f"regex {q.dialect.source!r} has no linear-time form here (a \\W or \\S inside a negated "
+                "class, a repetition count over 1000, or a pattern too large for RE2), and this "
+                "workspace is searched by the Python engine, which could backtrack without bound; "
+                "rewrite it without those (e.g. x{2000} as (?:x{1000}){2})",
+                reason="regex_not_linear",
+            )
+        matcher: Any = linear
         literal = required_literal(q.dialect.python, q.case_sensitive)
         needle = literal.encode("utf-8") if literal else None
         find = _Find(matcher, linear is not None, needle, not line_local(q.dialect.python))

@@ -75,9 +75,14 @@ class RipgrepEngine:
     def counts(self, ws: Workspace, q: GrepQuery, guard: Guard) -> ScanResult:
         result = ScanResult()
         keep = filter_result(ws, q, None)
+        carry = [b""]  # the start of a path holding a newline (a record is ``path NUL count``)
 
         def on_line(line: bytes) -> None:
-            path_b, _, count_b = line.rpartition(b"\x00")
+            if b"\x00" not in line:
+                carry[0] += line + b"\n"
+                return
+            path_b, _, count_b = (carry[0] + line).rpartition(b"\x00")
+            carry[0] = b""
             if not path_b:
                 return
             path = _clean(os.fsdecode(path_b))
@@ -134,16 +139,17 @@ class RipgrepEngine:
         guard: Guard,
         on_line: Callable[[bytes], None],
         result: ScanResult,
+        sep: bytes = b"\n",
     ) -> None:
-        """Run ripgrep, handing each stdout line (without its newline) to ``on_line``."""
+        """Run ripgrep, handing each stdout record (a line, or ``sep``-terminated) to ``on_line``."""
         pending = [b""]
 
         def feed(chunk: bytes) -> None:
             data = pending[0] + chunk
-            if b"\n" not in chunk:
+            if sep not in chunk:
                 pending[0] = data
                 return
-            *lines, pending[0] = data.split(b"\n")
+            *lines, pending[0] = data.split(sep)
             for line in lines:
                 on_line(line)
 

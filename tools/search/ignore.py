@@ -31,17 +31,22 @@ from kernel.workspace import Entry, Workspace
 IGNORE_FILES = (".rgignore", ".ignore", ".gitignore")  # highest precedence first
 NEVER_SEARCHED = frozenset({".git", ".a3s"})
 MAX_IGNORE_FILE_BYTES = 1024 * 1024
+MAX_GLOB_NESTING = 32  # '{' groups inside each other (ripgrep's globset allows none)
 
 Match = Literal["ignore", "whitelist"] | None
 
 
-def glob_to_regex(glob: str) -> str:
+def glob_to_regex(glob: str, *, linear: bool = False) -> str:
     """Translate one gitignore/ripgrep glob body (no ``!``, no trailing ``/``) to a regex body.
 
     ``*`` and ``?`` never cross ``/``; ``**/`` matches zero or more directories, ``/**`` everything
     below, a lone ``**`` everything; ``[...]`` classes (``!`` or ``^`` negates) never match ``/``;
     ``{a,b}`` alternation; ``\\`` escapes the next character.
+
+    ``linear``: the same language spelled for RE2 (``_re2_escape``; a class that must not match
+    ``/`` has ``/`` cut out of its ranges instead of a lookahead RE2 does not have).
     """
+    esc = _re2_escape if linear else re.escape
     out: list[str] = []
     i, n = 0, len(glob)
     depth = 0
@@ -70,18 +75,26 @@ def glob_to_regex(glob: str) -> str:
         elif c == "[":
             end = glob.find("]", i + 2 if glob.startswith(("[!", "[^"), i) else i + 1)
             if end < 0:
-                out.append(re.escape(c))
+                out.append(esc(c))
                 i += 1
                 continue
             body = glob[i + 1 : end]
             neg = body[:1] in ("!", "^")
             if neg:
                 body = body[1:]
+            if linear:
+                out.append(_re2_class(body, neg))
+                i = end + 1
+                continue
             items = "".join("\\" + ch if ch in "\\^[]" else ch for ch in body)
             out.append(f"[^/{items}]" if neg else f"(?!/)[{items}]")
             i = end + 1
         elif c == "{":
             depth += 1
+            if depth > MAX_GLOB_NESTING:
+                # Python's re parser recurses per group: ~1000 nested '{' raised RecursionError,
+                # and an ignore-file line like that failed every search of the workspace.
+                raise InvalidArgument(f"glob nests '{{' more than {MAX_GLOB_NESTING} deep")
             out.append("(?:")
             i += 1
         elif c == "}" and depth:
@@ -92,14 +105,75 @@ def glob_to_regex(glob: str) -> str:
             out.append("|")
             i += 1
         elif c == "\\" and i + 1 < n:
-            out.append(re.escape(glob[i + 1]))
+            out.append(esc(glob[i + 1]))
             i += 2
         else:
-            out.append(re.escape(c))
+            out.append(esc(c))
             i += 1
     if depth:
         raise InvalidArgument(f"glob {glob!r} has an unclosed '{{'")
     return "".join(out)
+
+
+def _re2_escape(ch: str) -> str:
+    """One literal character for RE2: ASCII other than letters and digits as ``\\x{..}``; anything
+    else as itself (a lone surrogate is matched as its ``surrogatepass`` bytes, one rune to RE2)."""
+    if ord(ch) < 128 and not ch.isalnum():
+        return f"\\x{{{ord(ch):X}}}"
+    return ch
+
+
+def _re2_class(body: str, negated: bool) -> str:
+    """A glob class body (literal characters and ``a-z`` ranges, read as Python ``re`` reads the
+    escaped body) for RE2, never matching ``/``."""
+    ranges: list[tuple[int, int]] = []
+    j = 0
+    while j < len(body):
+        if j + 2 < len(body) and body[j + 1] == "-":
+            lo, hi = ord(body[j]), ord(body[j + 2])
+            j += 3
+        else:
+            lo = hi = ord(body[j])
+            j += 1
+        if lo > hi:
+            raise InvalidArgument(f"invalid glob class [{body}]: bad character range")
+        ranges.append((lo, hi))
+    slash = ord("/")
+    if negated:
+        ranges.append((slash, slash))
+    else:
+        cut: list[tuple[int, int]] = []
+        for lo, hi in ranges:
+            if lo <= slash <= hi:
+                if lo < slash:
+                    cut.append((lo, slash - 1))
+                if hi > slash:
+                    cut.append((slash + 1, hi))
+            else:
+                cut.append((lo, hi))
+        ranges = cut
+        if not ranges:
+            return "[^\\x{0}-\\x{10FFFF}]"  # matches nothing, as (?!/)[/] does
+
+    def one(c: int) -> str:
+        return _re2_escape(chr(c))
+
+    items = "".join(one(lo) if lo == hi else f"{one(lo)}-{one(hi)}" for lo, hi in ranges)
+    return f"[^{items}]" if negated else f"[{items}]"
+
+
+def _compile_linear(body_rx: str) -> object | None:
+    """RE2 program of a glob's linear spelling (full match, bytes), or None (``re`` is used)."""
+    try:
+        import re2
+    except ImportError:  # pragma: no cover - pinned dependency
+        return None
+    options = re2.Options()
+    options.log_errors = False
+    try:
+        return re2.compile(("(?s)" + body_rx).encode("utf-8", "surrogatepass"), options)
+    except re2.error:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +184,10 @@ class GlobPattern:
     negated: bool
     dir_only: bool
     regex: re.Pattern[str]
+    # RE2 (linear time) spelling of ``regex``. Python ``re`` backtracks: ``*a*a*a*a*b`` against a
+    # 200-character name took 3.9 s with the GIL held (every session stopped), one more ``*a``
+    # ~100x that. None only when RE2 cannot take it (``regex`` is used then).
+    linear: object | None = None
 
     @classmethod
     def parse(cls, line: str, *, allow_negation: bool = True, comments: bool = True) -> GlobPattern | None:
@@ -133,17 +211,21 @@ class GlobPattern:
         if not body:
             return None
         rx = glob_to_regex(body)
-        if not anchored and not body.startswith("**"):
-            rx = "(?:.*/)?" + rx
+        prefix = "" if anchored or body.startswith("**") else "(?:.*/)?"
         try:
-            compiled = re.compile(rx + r"\Z", re.DOTALL)
+            compiled = re.compile(prefix + rx + r"\Z", re.DOTALL)
         except re.error as exc:
             raise InvalidArgument(f"invalid glob {line!r}: {exc}") from None
-        return cls(source=line, negated=negated, dir_only=dir_only, regex=compiled)
+        lrx = prefix + glob_to_regex(body, linear=True)
+        return cls(
+            source=line, negated=negated, dir_only=dir_only, regex=compiled, linear=_compile_linear(lrx)
+        )
 
     def matches(self, rel: str, is_dir: bool) -> bool:
         if self.dir_only and not is_dir:
             return False
+        if self.linear is not None:
+            return self.linear.fullmatch(rel.encode("utf-8", "surrogatepass")) is not None  # type: ignore[attr-defined]
         return self.regex.match(rel) is not None
 
 

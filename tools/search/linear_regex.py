@@ -11,7 +11,8 @@ in time linear in the input, and share the dialect's syntax (``\\x{..}``, ``[[:a
 Where RE2 and Rust differ, the spelling is rewritten: ``\\w``, ``\\d``, ``\\s`` (and ``\\W``, ``\\D``,
 ``\\S`` outside classes) are ASCII in RE2 but Unicode in Rust, so they become Unicode property
 classes. Fallbacks to ``re`` (documented, rare): ``\\W``/``\\S`` inside a class, a repetition above
-RE2's 1000, a pattern beyond RE2's memory budget. Known residual difference: ``\\b``/``\\B`` are
+RE2's 1000, a pattern beyond RE2's memory budget. (A ``\\W``/``\\S`` in a class that is not negated is
+spelled as an alternation, ``[a\\W]`` → ``(?:[a]|[^word])``.) Known residual difference: ``\\b``/``\\B`` are
 ASCII word boundaries in RE2 (Unicode in Rust).
 """
 
@@ -42,6 +43,9 @@ def re2_spelling(rust: str) -> str:
     i, n = 0, len(rust)
     in_class = False
     class_start = 0
+    class_out = 0  # index in ``out`` of the open class's '['
+    negated = False
+    extras: list[str] = []  # \W, \S of a (non-negated) class, spelled as alternatives
     while i < n:
         c = rust[i]
         if c == "\\" and i + 1 < n:
@@ -49,7 +53,13 @@ def re2_spelling(rust: str) -> str:
             table = _INSIDE if in_class else _OUTSIDE
             if e in "wWdDsS":
                 if e not in table:
-                    raise _NoExactSpelling(f"\\{e} inside a class")
+                    # [a\W] = (?:[a]|[^word]); a negated one is an intersection RE2 cannot spell,
+                    # and a neighbouring '-' could turn into a range once \W is taken out.
+                    if negated or rust[i - 1 : i] == "-" or rust[i + 2 : i + 3] == "-":
+                        raise _NoExactSpelling(f"\\{e} inside a class")
+                    extras.append(_OUTSIDE[e])
+                    i += 2
+                    continue
                 out.append(table[e])
             else:
                 out.append(rust[i : i + 2])
@@ -64,14 +74,23 @@ def re2_spelling(rust: str) -> str:
                     continue
             if c == "]" and i > class_start:
                 in_class = False
+                if extras:
+                    body = "".join(out[class_out + 1 :])
+                    del out[class_out:]
+                    out.append("(?:" + "|".join(([f"[{body}]"] if body else []) + extras) + ")")
+                    extras = []
+                    i += 1
+                    continue
             out.append(c)
             i += 1
             continue
         if c == "[":
             in_class = True
+            class_out = len(out)
             out.append(c)
             i += 1
-            if i < n and rust[i] == "^":
+            negated = i < n and rust[i] == "^"
+            if negated:
                 out.append("^")
                 i += 1
             class_start = i

@@ -25,6 +25,7 @@ from typing import Any
 
 from kernel.errors import ToolError
 from kernel.workspace import Workspace
+from tools.ls import shown_name
 from tools.search import bm25
 from tools.search.bm25_mode import MAX_RESULTS_PER_FILE, _cut
 from tools.search.grep_py import decode_text
@@ -220,7 +221,7 @@ def render(
     for rank, (hit, lines, best) in enumerate(found.hits, 1):
         lo, hi = max(hit.start, best - context), min(hit.end, best + context, len(lines))
         out.append("")
-        out.append(f"{rank}. {hit.path}:{hit.start}-{hit.end} (score {hit.score:.4f})")
+        out.append(f"{rank}. {shown_name(hit.path)}:{hit.start}-{hit.end} (score {hit.score:.4f})")
         for n in range(lo, hi + 1):
             line = lines[n - 1]
             line = line[:-1] if line.endswith("\r") else line

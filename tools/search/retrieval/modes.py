@@ -26,6 +26,7 @@ from kernel.context import ToolContext
 from kernel.errors import InvalidArgument, NotFound, ToolError
 from kernel.result import ToolResult
 from kernel.workspace import Workspace
+from tools.ls import shown_name
 from tools.search import bm25, bm25_mode, grep
 from tools.search.grep_py import decode_text
 from tools.search.ignore import compile_glob
@@ -366,7 +367,7 @@ def render(
                 "; re-scored: file changed since indexing" if h.extra.get("rescored") else ""
             )
         out.append("")
-        out.append(f"{rank}. {h.path}:{h.start_line}-{h.end_line} ({label})")
+        out.append(f"{rank}. {shown_name(h.path)}:{h.start_line}-{h.end_line} ({label})")
         lo, hi = _window(lines, h.start_line, h.end_line, terms, req.context)
         for n in range(lo, min(hi, len(lines)) + 1):
             out.append(f"{n:>6} | {_cut(lines[n - 1])}")
