@@ -108,6 +108,25 @@ def test_w6_charsets_from_header_and_meta(agent, tmp_path, server) -> None:
     assert "Привет мир" in res.output
 
 
+@pytest.mark.parametrize(
+    "charset", ["base64", "zlib", "rot13", "hex", "idna", "undefined", "punycode", "unicode_escape"]
+)
+def test_w6_a_charset_that_is_no_text_encoding_is_ignored(agent, tmp_path, server, charset) -> None:
+    """W-6: the page names the charset. Python codecs that are no text charset made ``bytes.decode``
+    raise (``LookupError`` for base64/zlib/rot13/hex, ``UnicodeError`` for idna/undefined/punycode):
+    the call ended as ``internal_error``. Now the name is ignored (then the meta, then UTF-8)."""
+    s = agent.session(tmp_path, LOOP)
+    body = "<html><body><main><p>Caf\xe9 \\N{BULLET} h\xe9llo</p></main></body></html>".encode()
+    for path, ctype, data in (
+        ("/h", f"text/html; charset={charset}", body),
+        ("/m", "text/html", f'<html><head><meta charset="{charset}"></head>'.encode() + body[6:]),
+        ("/t", f"text/plain; charset={charset}", "Caf\xe9 \\N{BULLET}".encode()),
+    ):
+        res = s.tool("web_fetch", {"url": server.route(path, static(200, data, content_type=ctype))})
+        assert res.exit_code == 0 and res.error_kind is None, (path, res.error_kind, res.output)
+        assert "Café \\N{BULLET}" in res.output, (path, res.output)
+
+
 def test_b1_paging_walks_the_whole_document_without_gaps(agent, tmp_path, server) -> None:
     long_page = (
         "<html><body><main>"
