@@ -519,6 +519,47 @@ def test_w1_full_text_of_returned_pages(agent, tmp_path, server) -> None:
     )
 
 
+def test_w1_stalling_full_text_pages_cannot_fail_a_search_that_met_its_gate(agent, tmp_path, server) -> None:
+    """W-1, W-5: the full-text stage shares the call's deadline. Each page's timeout started when it
+    got one of the 4 fetch slots, so 10 result pages that never answer took 3 rounds of the time
+    left and the call's outer deadline turned a search that had met its gate into ``timeout``
+    (measured: a 2 s search failed after 5 s). Now the stage ends at the deadline, the stalled rows
+    have no ``full_text`` and the others keep theirs."""
+    released = threading.Event()
+    pages = []
+    for i in range(12):
+        path = f"/ft{i}"
+        if i < 2:
+            body = f"<html><body><main><p>Rust ownership borrowing rules, fast page {i}.</p></main></body></html>"
+            server.route(path, static(200, body, content_type=HTML))
+        else:
+            server.route(path, lambda h: released.wait(60))
+        host = ("127.0.0.1", "localhost", "docs.localhost")[i % 3]
+        pages.append(
+            (f"Rust ownership borrowing rules part {i}", server.url(path, host=host), "Rust ownership.")
+        )
+    server.route("/sx/search", static(200, P.searxng_json(pages), content_type="application/json"))
+    s = session(agent, tmp_path, server)
+    try:
+        res = s.tool(
+            "web_search",
+            {
+                "query": P.QUERY,
+                "engines": ["searxng"],
+                "format": "json",
+                "limit": 12,
+                "full_text_bytes": 600,
+                "timeout": 4,
+            },
+        )
+    finally:
+        released.set()
+    assert res.exit_code == 0 and res.error_kind is None, (res.error_kind, res.output[:300])
+    rows = {r["url"].rsplit("/", 1)[1]: r for r in json.loads(res.output)}
+    assert "fast page 0" in rows["ft0"]["full_text"] and "fast page 1" in rows["ft1"]["full_text"]
+    assert all("full_text" not in rows[f"ft{i}"] for i in range(2, 12) if f"ft{i}" in rows)
+
+
 def test_d3_engine_endpoints_pass_the_guard_too(agent, tmp_path, server) -> None:
     serve_all(server)
     cfg = config_for(server)
