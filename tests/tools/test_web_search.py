@@ -560,6 +560,59 @@ def test_w1_stalling_full_text_pages_cannot_fail_a_search_that_met_its_gate(agen
     assert all("full_text" not in rows[f"ft{i}"] for i in range(2, 12) if f"ft{i}" in rows)
 
 
+NESTED_WRAPPERS = "https://www.google.com/url?q=" * 3000 + "https://deep.example.com/"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"title": 5, "url": "https://n.example.com/", "content": "Rust ownership", "publishedDate": 7},
+        {"title": ["x"], "url": ["https://l.example.com/"], "content": {"a": 1}, "publishedDate": {"x": 1}},
+        {"title": "Rust ownership borrowing rules, wrapped", "url": NESTED_WRAPPERS, "content": "Rust"},
+    ],
+    ids=["number_title", "list_fields", "nested_wrappers"],
+)
+def test_w5_one_malformed_api_row_does_not_fail_the_search(agent, tmp_path, server, bad) -> None:
+    """W-5: an engine's answer is data from outside. A SearXNG row whose title was a number made
+    ``tidy`` raise ``TypeError`` (the call ended as ``internal_error``), and a result URL of 3,000
+    nested Google ``/url?q=`` wrappers made ``clean_url`` recurse past Python's limit (the call
+    ended as ``invalid_argument`` "input nested too deeply", blaming the model). Now such a row is
+    skipped and the others are the results."""
+    rows = json.loads(P.searxng_json(P.RESULTS))
+    rows["results"].insert(1, bad)
+    server.route("/sx/search", static(200, json.dumps(rows), content_type="application/json"))
+    s = session(agent, tmp_path, server)
+    res = s.tool("web_search", {"query": P.QUERY, "engines": ["searxng"], "format": "json"})
+    assert res.exit_code == 0 and res.error_kind is None, (res.error_kind, res.output[:300])
+    urls = [r["url"] for r in json.loads(res.output)]
+    assert sorted(urls) == sorted(url for _t, url, _s in P.RESULTS)
+
+
+def test_w5_an_engine_answer_nested_too_deep_fails_that_engine_only(agent, tmp_path, server) -> None:
+    """W-5: ``json.loads`` of 200,000 ``[`` raises ``RecursionError``, which escaped the engine and
+    failed the call as ``invalid_argument`` ("input nested too deeply"). Now it is an answer without
+    results: the search fails closed like any empty answer, typed ``retrieval_requirements_not_met``.
+    A parser that raises anything else fails its engine as ``transport``, never the call."""
+    server.route("/sx/search", static(200, b"[" * 200_000, content_type="application/json"))
+    s = session(agent, tmp_path, server)
+    res = s.tool("web_search", {"query": P.QUERY, "engines": ["searxng"]})
+    assert res.exit_code == 1 and res.error_kind["type"] == "retrieval_requirements_not_met", res.error_kind
+    assert res.metadata["engine_outcomes"][0]["kind"] == "empty"
+
+
+async def test_w5_a_parser_that_raises_fails_its_engine_as_transport() -> None:
+    """W-5: the engine's contract is to fail, typed, never to raise out of the search."""
+    from kernel.errors import Transport
+    from tools.web_search.engines import _parse
+
+    def boom(body, base, stopped):
+        raise KeyError("surprise")
+
+    engine = replace(resolve_engine("searxng"), parser=boom)
+    with pytest.raises(Transport, match="searxng: its answer could not be read"):
+        await _parse(engine, b"{}", "https://sx.example.com/")
+
+
 def test_d3_engine_endpoints_pass_the_guard_too(agent, tmp_path, server) -> None:
     serve_all(server)
     cfg = config_for(server)

@@ -224,7 +224,12 @@ async def _parse(engine: Engine, body: bytes, url: str) -> Parsed:
     slow (250 nested result blocks around 4 MiB of filler: about 9 s of CPU, each block searching
     the filler), so it asks the stop flag ``stoppable`` sets at the deadline before each block: the
     thread ends within one block's work (it parsed on alone for 9 s before), its outcome retrieved."""
-    return await stoppable(threading.Event(), lambda stopped: engine.parser(body, url, stopped))
+    try:
+        return await stoppable(threading.Event(), lambda stopped: engine.parser(body, url, stopped))
+    except Exception as exc:  # an answer no parser expected fails this engine, never the search
+        raise Transport(
+            f"{engine.name}: its answer could not be read ({type(exc).__name__})", op="web_search"
+        ) from None
 
 
 async def query_engine(
