@@ -205,7 +205,7 @@ async def _full_texts(
                 page = classify(body, ctype)
                 text = page.text  # HTML: in a child the timeout kills (quadratic parser paths)
                 if page.kind == "html":
-                    text = (await convert(page.text, "text", True, url, NAME))[0]
+                    text = (await convert(page.text, "text", True, url, NAME, max_chars=max_bytes))[0]
         except Exception:  # a page we cannot read (or not within the stage's time) has no full_text
             return url, None
         return url, text.encode("utf-8")[:max_bytes].decode("utf-8", "ignore")
