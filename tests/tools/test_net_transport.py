@@ -368,6 +368,55 @@ def test_w6_a_429_with_an_unreadable_retry_after_is_still_rate_limited(agent, tm
         srv.close()
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://xn--/",
+        "http://xn--a.com/",
+        "https://xn--ls8h.la/",
+        "http://h.example:99999/",
+        "http://h.example:0/",
+    ],
+)
+def test_d3_bad_punycode_and_ports_out_of_range_are_invalid_urls(url: str) -> None:
+    """D-3: httpx decodes punycode when ``host`` is read (``IDNAError``, a ``ValueError`` that
+    escaped ``parse_url``: the call ended as "Tool failed: IDNAError") and keeps any port, which
+    ``connect()`` refused with ``OverflowError`` (``internal_error``, also for ``download``)."""
+    with pytest.raises(InvalidArgument):
+        parse_url(url)
+
+
+def test_d3_a_proxy_with_bad_punycode_is_refused_without_raising_elsewhere() -> None:
+    from tools.net import parse_proxy, redact_proxy_arg
+
+    with pytest.raises(InvalidArgument, match="invalid proxy url"):
+        parse_proxy("socks5://user:secret@xn--:1080")
+    assert redact_proxy_arg({"proxy": "socks5://user:secret@xn--:1080"}) == {"proxy": "(invalid proxy url)"}
+
+
+def test_d3_w6_a_redirect_to_a_url_that_cannot_be_requested_is_typed(agent, tmp_path) -> None:
+    """W-6: the server writes ``Location``. Bad punycode raised ``IDNAError`` inside httpx (it builds
+    every 3xx's next request), so ``web_fetch`` ended as ``invalid_argument`` blaming the model and a
+    search engine's redirect failed the whole ``web_search``; a port past 65535 was
+    ``internal_error`` (``OverflowError``). Now: ``transport`` and ``invalid_argument``."""
+    srv = LoopbackServer()
+    try:
+        s = agent.session(tmp_path, SessionOptions(net_allow=("127.0.0.1",)))
+        res = s.tool("web_fetch", {"url": srv.route("/idna", redirect("http://xn--/"))})
+        assert res.error_kind == {"type": "transport", "op": "web_fetch"}, res.output
+        res = s.tool("web_fetch", {"url": srv.route("/port", redirect("http://127.0.0.1:99999/"))})
+        assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument", res.output
+        res = s.tool("download", {"url": "http://127.0.0.1:99999/f", "file_path": "f"})
+        assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument", res.output
+        config = SearchConfig(urls={**DEFAULT_ENGINE_URLS, "ddg": srv.url("/idna?q={query}")})
+        s = agent.session(tmp_path, SessionOptions(net_allow=("127.0.0.1",), services={"web_search": config}))
+        res = s.tool("web_search", {"query": "rust ownership", "engines": ["ddg"]})
+        assert res.error_kind is not None and res.error_kind["type"] == "retrieval_requirements_not_met"
+        assert res.metadata["engine_outcomes"][0]["failure_kind"] == "transport"
+    finally:
+        srv.close()
+
+
 def _subclasses(cls: type) -> set[type]:
     out = set()
     for sub in cls.__subclasses__():
