@@ -248,6 +248,32 @@ def test_w6_body_over_five_mib_is_refused(agent, tmp_path, server) -> None:
     assert res.exit_code == 1 and res.error_kind["type"] == "invalid_argument"
 
 
+def test_w6_a_body_of_tiny_chunks_cannot_hold_the_event_loop_past_the_deadline(
+    agent, tmp_path, server
+) -> None:
+    """W-6: h11 hands over a chunk it has already buffered without a trip through the event loop,
+    and each costs ~6 µs across httpx's layers: 1 MiB sent as 1-byte chunks held the loop for 6.4 s
+    (5 MiB: about 30 s), every session of the process stood still and the call's own ``timeout``
+    could not fire until the body was done: this call, with a 1 s ``timeout``, *succeeded* after
+    16.8 s. ``read_body`` now lets the loop run every 256 chunks, so the deadline ends it."""
+    wire = b"1\r\nx\r\n" * (2 * 1024 * 1024) + b"0\r\n\r\n"
+
+    def tiny_chunks(h):
+        h.send_response(200)
+        h.send_header("Content-Type", "text/plain")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+        for i in range(0, len(wire), 1 << 20):
+            h.wfile.write(wire[i : i + (1 << 20)])
+
+    s = agent.session(tmp_path, LOOP)
+    started = time.monotonic()
+    res = s.tool("web_fetch", {"url": server.route("/tiny", tiny_chunks), "timeout": 1})
+    elapsed = time.monotonic() - started
+    assert res.error_kind is not None and res.error_kind["type"] == "timeout", res.error_kind
+    assert elapsed < 6, elapsed
+
+
 def _refresh(target: str, delay: int = 0) -> str:
     return f"<html><head><meta http-equiv='Refresh' content='{delay}; URL={target}'></head><body>moved</body></html>"
 
