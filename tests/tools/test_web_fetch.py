@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
+import threading
 import time
 
 import pytest
@@ -272,6 +275,35 @@ def test_w6_a_body_of_tiny_chunks_cannot_hold_the_event_loop_past_the_deadline(
     elapsed = time.monotonic() - started
     assert res.error_kind is not None and res.error_kind["type"] == "timeout", res.error_kind
     assert elapsed < 6, elapsed
+
+
+def test_w6_decoding_a_slow_charset_does_not_stall_the_event_loop(agent, tmp_path, server) -> None:
+    """W-6: one ``bytes.decode`` holds the GIL throughout, and charsets that leave bytes undefined
+    replace slowly: 5 MiB of 0xFF declared ISO-8859-7 took 0.64 s, decoded on the event loop, so
+    every session of the process stood still (and again for each meta refresh hop). The body is now
+    decoded in a worker thread a 128 KiB slice at a time, so the loop runs between slices."""
+    body = b"\xff" * (5 * 1024 * 1024 - 16)
+    url = server.route("/greek", static(200, body, content_type="text/plain; charset=iso-8859-7"))
+    s = agent.session(tmp_path, LOOP)
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    async def heartbeat() -> None:  # runs on the session's loop while the fetch does
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            ticks.append(loop.time())
+            await asyncio.sleep(0.01)
+
+    beat = s._loop.submit(heartbeat())
+    try:
+        res = s.tool("web_fetch", {"url": url, "max_chars": 10})
+    finally:
+        stop.set()
+        beat.result(timeout=30)
+    assert res.exit_code == 0 and res.metadata["range"]["total_chars"] == len(body), res.output
+    assert res.output.startswith("\ufffd" * 10)
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert max(gaps) < 0.3, f"the event loop stood still for {max(gaps):.2f} s"
 
 
 def _refresh(target: str, delay: int = 0) -> str:

@@ -202,7 +202,7 @@ async def _full_texts(
                         return url, None
                     ctype = got.response.headers.get("content-type")
                     body = await read_body(got.response, FULL_TEXT_PAGE_BYTES, NAME, got.url)
-                page = classify(body, ctype)
+                page = await asyncio.to_thread(classify, body, ctype)  # decoding may take 0.6 s
                 text = page.text  # HTML: in a child the timeout kills (quadratic parser paths)
                 if page.kind == "html":
                     text = (await convert(page.text, "text", True, url, NAME, max_chars=max_bytes))[0]
