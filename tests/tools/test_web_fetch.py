@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
+import socket
 import threading
 import time
 
@@ -304,6 +306,39 @@ def test_w6_decoding_a_slow_charset_does_not_stall_the_event_loop(agent, tmp_pat
     assert res.output.startswith("\ufffd" * 10)
     gaps = [b - a for a, b in itertools.pairwise(ticks)]
     assert max(gaps) < 0.3, f"the event loop stood still for {max(gaps):.2f} s"
+
+
+def test_w6_a_server_that_never_stops_sending_cannot_keep_the_event_loop(agent, tmp_path) -> None:
+    """W-6: ``loop.sock_recv`` returns without suspending when data is already waiting, and
+    httpcore reads informational responses until a final one. A server sending ``103 Early Hints``
+    without end kept the event loop to itself: the call's 2 s ``timeout`` never fired and every
+    session of the process froze (here until the server gives up after 20 s; a real one need not).
+    Each socket read now gives the loop a turn, so the deadline ends the call."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    hints = b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n" * 20_000
+
+    def flood() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            until = time.monotonic() + 20
+            with contextlib.suppress(OSError):
+                while time.monotonic() < until:
+                    conn.sendall(hints)
+
+    threading.Thread(target=flood, daemon=True).start()
+    s = agent.session(tmp_path, LOOP)
+    started = time.monotonic()
+    try:
+        res = s.tool("web_fetch", {"url": f"http://127.0.0.1:{port}/", "timeout": 2})
+    finally:
+        listener.close()
+    elapsed = time.monotonic() - started
+    assert res.error_kind is not None and res.error_kind["type"] == "timeout", res.error_kind
+    assert elapsed < 10, elapsed
 
 
 def _refresh(target: str, delay: int = 0) -> str:
