@@ -369,6 +369,25 @@ def test_w6_meta_refresh_is_a_redirect_and_counts_toward_the_limit(agent, tmp_pa
 
 
 @pytest.mark.parametrize(
+    "target", ["javascript:void(0)", "about:blank", "mailto:a@b.example", "http://xn--/"]
+)
+def test_w6_a_meta_refresh_to_no_http_url_is_page_content(agent, tmp_path, server, target) -> None:
+    """W-6: a page's ``<meta http-equiv=refresh content="0; url=javascript:…">`` (or ``about:``,
+    ``mailto:``, bad punycode) failed the call as ``invalid_argument``, blaming the model's URL,
+    and the page was lost. Such a refresh is now content; a refresh to a blocked address is still
+    refused by the guard before any connection."""
+    s = agent.session(tmp_path, LOOP)
+    page = _refresh(target).replace("moved", "<main><p>The page's own words stay.</p></main>")
+    res = s.tool("web_fetch", {"url": server.route("/r", static(200, page, content_type=HTML))})
+    assert res.exit_code == 0 and "The page's own words stay." in res.output, res.output
+    assert res.metadata["redirects"] == 0
+    blocked = server.route("/b", static(200, _refresh("http://10.0.0.1/"), content_type=HTML))
+    res = s.tool("web_fetch", {"url": blocked})
+    assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument"
+    assert "SSRF guard" in res.output
+
+
+@pytest.mark.parametrize(
     "host",
     [
         "127.0.0.1",
