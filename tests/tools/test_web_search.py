@@ -613,6 +613,31 @@ async def test_w5_a_parser_that_raises_fails_its_engine_as_transport() -> None:
         await _parse(engine, b"{}", "https://sx.example.com/")
 
 
+def test_w5_an_engine_failing_in_an_unforeseen_way_fails_alone(agent, tmp_path, server, monkeypatch) -> None:
+    """W-5: ``query_engine`` never raises for an engine's failure. Exceptions nobody foresaw (this
+    round found a lone surrogate, a malformed SOCKS5 reply, a 5,000-digit ``Retry-After``) escaped
+    it and failed the whole call as ``internal_error``, the other engines' results lost. Now the
+    engine fails as ``transport`` (its message names only the exception's type) and the rest stand."""
+    from tools.web_search import engines as E
+
+    serve_all(server)
+    real = E._fetch_page
+
+    async def flaky(http, engine, *args):
+        if engine.name == "ddg":
+            raise RuntimeError("surprise with https://secret.example/?token=abc")
+        return await real(http, engine, *args)
+
+    monkeypatch.setattr(E, "_fetch_page", flaky)
+    s = session(agent, tmp_path, server)
+    res = s.tool("web_search", {"query": P.QUERY, "engines": ["ddg", "bing", "brave"], "format": "json"})
+    assert res.exit_code == 0 and res.error_kind is None, (res.error_kind, res.output[:300])
+    assert json.loads(res.output)
+    ddg = next(o for o in res.metadata["engine_outcomes"] if o["engine"] == "ddg")
+    assert ddg["failure_kind"] == "transport"
+    assert "token=abc" not in json.dumps(res.metadata)
+
+
 def test_d3_engine_endpoints_pass_the_guard_too(agent, tmp_path, server) -> None:
     serve_all(server)
     cfg = config_for(server)

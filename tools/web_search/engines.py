@@ -13,7 +13,8 @@ typed from the status (429 → ``rate_limited`` with ``Retry-After``; 401 →
 ``provider_authentication``; 402 → ``provider_quota``; 403 → ``provider_permission``; 400/422 →
 ``provider_invalid_request``; 408/5xx and I/O → ``transport``; the engine's budget → ``timeout``;
 the request's proxy refusing its credentials → ``proxy_authentication``, neither transient nor
-counted by the engine's breaker). A response body is never used to classify a failure.
+counted by the engine's breaker); any other exception → ``transport`` for that engine, never the
+call. A response body is never used to classify a failure.
 """
 
 from __future__ import annotations
@@ -280,5 +281,10 @@ async def query_engine(
         outcome.failure_kind = str(exc.data.get("failure_kind") or "transport")
         outcome.message = exc.message
         outcome.retry_after_ms = exc.data.get("retry_after_ms")
+    except Exception as exc:  # the rest of a server's surprises: this engine fails
+        # (a lone surrogate, a SOCKS5 reply, a Retry-After of 5,000 digits each failed the whole
+        # call before they were handled where they arise). Only the type: a message may hold a URL.
+        outcome.failure_kind = "transport"
+        outcome.message = f"{engine.name}: failed unexpectedly ({type(exc).__name__})"
     outcome.duration_ms = int((monotonic() - started) * 1000)
     return outcome
