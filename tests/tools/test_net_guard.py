@@ -8,11 +8,15 @@ the connection *would* go there and opens nothing.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import ipaddress
+import socket
+import threading
 
 import pytest
 
-from kernel.errors import InvalidArgument
+from kernel.errors import InvalidArgument, Timeout
 from tools.net import (
     BlockedAddress,
     NetAllow,
@@ -20,6 +24,7 @@ from tools.net import (
     NetRuntime,
     RefusingBackend,
     StaticResolver,
+    SystemResolver,
     parse_ip,
     parse_url,
 )
@@ -216,3 +221,34 @@ def test_d3_allow_list_rejects_garbage_entries() -> None:
         NetAllow.parse("not a host!")
     assert not NetAllow.parse("")
     assert NetAllow.parse(["127.0.0.1"]).allows_ip(ipaddress.ip_address("127.0.0.1"))
+
+
+async def test_d3_lookups_that_never_answer_do_not_starve_the_default_executor(monkeypatch) -> None:
+    """D-3: ``getaddrinfo`` cannot be interrupted, so a lookup past its timeout holds its thread until
+    the C library gives up. It ran in the loop's default executor (6 threads on 2 cores): six
+    lookups of names the model chose, against a name server that never answers, stopped every
+    ``to_thread`` of the process (git, bash, search, conversions) — measured: a ``to_thread`` still
+    waiting after 5 s. Lookups now have threads of their own; the stalled ones delay only lookups.
+    No packet is sent: ``socket.getaddrinfo`` is replaced."""
+    release = threading.Event()
+
+    def fake_getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):
+        if host.startswith("stall"):
+            release.wait(60)
+            raise socket.gaierror(socket.EAI_NONAME, "gave up")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", fake_getaddrinfo)
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(2))
+    resolver = SystemResolver(timeout_s=0.5)
+    try:
+        outcomes = await asyncio.gather(
+            *(resolver.resolve(f"stall{i}.example.com", 443) for i in range(2)), return_exceptions=True
+        )
+        assert all(isinstance(o, Timeout) and o.data.get("op") == "dns" for o in outcomes), outcomes
+        # the two stalled lookups still hold their threads; the default executor is free
+        assert await asyncio.wait_for(asyncio.to_thread(lambda: 7), 10) == 7
+        assert await resolver.resolve("public.example.com", 443) == ["93.184.216.34"]
+    finally:
+        release.set()

@@ -11,11 +11,14 @@ the secret appears in no message. The proxies are loopback servers the tests sta
 from __future__ import annotations
 
 import base64
+import contextlib
+import socket
 import ssl
+import threading
 
 import pytest
 
-from kernel.errors import InvalidArgument
+from kernel.errors import InvalidArgument, Transport
 from tests.tools.httpproxy import HttpProxy
 from tests.tools.netserver import LoopbackServer, static
 from tests.tools.socks5server import Socks5Server
@@ -185,3 +188,54 @@ async def test_d3_a_socks5_proxy_gets_username_and_password(server: LoopbackServ
         assert socks.connects == [("far.example.com", 80)] and len(server.hits("/p")) == 1
     finally:
         socks.close()
+
+
+class _MalformedSocks:
+    """A SOCKS5 'proxy' on loopback that answers each handshake step with the given bytes."""
+
+    def __init__(self, replies: list[bytes]) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.replies = replies
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn, contextlib.suppress(OSError):
+                conn.settimeout(5)
+                for reply in self.replies:
+                    conn.recv(4096)
+                    conn.sendall(reply)
+                conn.recv(4096)
+
+
+@pytest.mark.parametrize(
+    "replies",
+    [
+        [b"\x04\x00"],  # SOCKS4's version in the method reply
+        [b"HTTP/1.1 200 OK\r\n\r\n"],
+        [b"\x05\x00", b"\x05\x00\x00\x09" + b"\x00" * 6],  # an unknown address type
+        [b"\x05\x00", b"\x05"],  # a cut reply
+    ],
+    ids=["version", "http", "address_type", "cut"],
+)
+async def test_d3_w5_a_socks5_proxy_answering_garbage_is_transport(replies: list[bytes]) -> None:
+    """W-5, D-3: the request's ``proxy`` is the model's. A malformed SOCKS5 reply raised socksio's
+    ``ProtocolError`` through httpcore untouched, out of ``SafeHttp.open`` and every engine: the
+    ``web_search`` call ended as ``internal_error``. Now it is ``transport``, naming the proxy."""
+    socks = _MalformedSocks(replies)
+    try:
+        with pytest.raises(Transport, match="answered a malformed reply") as info:
+            await get(
+                NetRuntime(resolver=NAMED), "http://far.example.com/p", f"socks5://127.0.0.1:{socks.port}"
+            )
+        assert info.value.to_kind() == {"type": "transport", "op": "t"}
+        assert f"socks5://127.0.0.1:{socks.port}" in info.value.message
+    finally:
+        socks.sock.close()

@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from kernel.errors import InvalidArgument, RateLimited, ToolError, Transport
-from tests.tools.netserver import LoopbackServer, redirect, static
+from kernel.options import SessionOptions
+from tests.tools.netserver import LoopbackServer, redirect, send, static
 from tests.tools.socks5server import Socks5Server
 from tools.net import (
     BlockedAddress,
@@ -32,6 +33,7 @@ from tools.net import (
 )
 from tools.net.backend import GuardedBackend
 from tools.net.client import TooManyRedirects
+from tools.web_search.config import DEFAULT_ENGINE_URLS, SearchConfig
 
 LOOP = NetAllow.parse("127.0.0.1")
 
@@ -329,6 +331,90 @@ def test_w6_retry_after_accepts_http_dates() -> None:
     assert retry_after_ms("Tue, 14 Nov 2023 22:13:30 GMT", now) == 10_000
     assert retry_after_ms("soon", now) is None
     assert retry_after_ms("99999999", now) == 24 * 3600 * 1000
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("\u00b2", None),  # str.isdigit() is true, int() refuses it
+        ("\uff11\uff10", None),  # fullwidth digits are no delta-seconds
+        ("9" * 5000, 24 * 3600 * 1000),  # int() refuses more than 4300 digits
+        ("0" * 4999 + "7", 24 * 3600 * 1000),
+        ("Mon, 01 Jan 99999 00:00:00 GMT", None),  # year out of range
+        ("Mon, 32 Jan 2020 00:00:00 GMT", None),
+        (" 12 ", 12_000),
+    ],
+)
+def test_w6_a_hostile_retry_after_is_no_delay_never_an_exception(value: str, expected: int | None) -> None:
+    """W-6: the server writes ``Retry-After``. ``²`` and 5,000 digits made ``int`` raise
+    ``ValueError``: ``web_fetch``'s 429 ended as ``invalid_argument`` instead of ``rate_limited``,
+    and an engine's 429 or 503 failed the whole ``web_search`` call."""
+    assert retry_after_ms(value, 1_700_000_000_000) == expected
+
+
+def test_w6_a_429_with_an_unreadable_retry_after_is_still_rate_limited(agent, tmp_path) -> None:
+    """W-6, end to end on loopback: web_fetch and a web_search engine both get the typed failure."""
+    srv = LoopbackServer()
+    try:
+        url = srv.route("/busy", lambda h: send(h, 429, b"slow down", {"Retry-After": "\u00b2"}))
+        s = agent.session(tmp_path, SessionOptions(net_allow=("127.0.0.1",)))
+        res = s.tool("web_fetch", {"url": url})
+        assert res.error_kind == {"type": "rate_limited", "retry_after_ms": None}, res.output
+        config = SearchConfig(urls={**DEFAULT_ENGINE_URLS, "ddg": srv.url("/busy?q={query}")})
+        s = agent.session(tmp_path, SessionOptions(net_allow=("127.0.0.1",), services={"web_search": config}))
+        res = s.tool("web_search", {"query": "rust ownership", "engines": ["ddg"]})
+        assert res.error_kind is not None and res.error_kind["type"] == "rate_limited", res.error_kind
+    finally:
+        srv.close()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://xn--/",
+        "http://xn--a.com/",
+        "https://xn--ls8h.la/",
+        "http://h.example:99999/",
+        "http://h.example:0/",
+    ],
+)
+def test_d3_bad_punycode_and_ports_out_of_range_are_invalid_urls(url: str) -> None:
+    """D-3: httpx decodes punycode when ``host`` is read (``IDNAError``, a ``ValueError`` that
+    escaped ``parse_url``: the call ended as "Tool failed: IDNAError") and keeps any port, which
+    ``connect()`` refused with ``OverflowError`` (``internal_error``, also for ``download``)."""
+    with pytest.raises(InvalidArgument):
+        parse_url(url)
+
+
+def test_d3_a_proxy_with_bad_punycode_is_refused_without_raising_elsewhere() -> None:
+    from tools.net import parse_proxy, redact_proxy_arg
+
+    with pytest.raises(InvalidArgument, match="invalid proxy url"):
+        parse_proxy("socks5://user:secret@xn--:1080")
+    assert redact_proxy_arg({"proxy": "socks5://user:secret@xn--:1080"}) == {"proxy": "(invalid proxy url)"}
+
+
+def test_d3_w6_a_redirect_to_a_url_that_cannot_be_requested_is_typed(agent, tmp_path) -> None:
+    """W-6: the server writes ``Location``. Bad punycode raised ``IDNAError`` inside httpx (it builds
+    every 3xx's next request), so ``web_fetch`` ended as ``invalid_argument`` blaming the model and a
+    search engine's redirect failed the whole ``web_search``; a port past 65535 was
+    ``internal_error`` (``OverflowError``). Now: ``transport`` and ``invalid_argument``."""
+    srv = LoopbackServer()
+    try:
+        s = agent.session(tmp_path, SessionOptions(net_allow=("127.0.0.1",)))
+        res = s.tool("web_fetch", {"url": srv.route("/idna", redirect("http://xn--/"))})
+        assert res.error_kind == {"type": "transport", "op": "web_fetch"}, res.output
+        res = s.tool("web_fetch", {"url": srv.route("/port", redirect("http://127.0.0.1:99999/"))})
+        assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument", res.output
+        res = s.tool("download", {"url": "http://127.0.0.1:99999/f", "file_path": "f"})
+        assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument", res.output
+        config = SearchConfig(urls={**DEFAULT_ENGINE_URLS, "ddg": srv.url("/idna?q={query}")})
+        s = agent.session(tmp_path, SessionOptions(net_allow=("127.0.0.1",), services={"web_search": config}))
+        res = s.tool("web_search", {"query": "rust ownership", "engines": ["ddg"]})
+        assert res.error_kind is not None and res.error_kind["type"] == "retrieval_requirements_not_met"
+        assert res.metadata["engine_outcomes"][0]["failure_kind"] == "transport"
+    finally:
+        srv.close()
 
 
 def _subclasses(cls: type) -> set[type]:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import itertools
 import json
+import socket
+import threading
 import time
 
 import pytest
@@ -106,6 +111,25 @@ def test_w6_charsets_from_header_and_meta(agent, tmp_path, server) -> None:
         {"url": server.route("/m", static(200, meta, content_type="text/html")), "body_only": False},
     )
     assert "Привет мир" in res.output
+
+
+@pytest.mark.parametrize(
+    "charset", ["base64", "zlib", "rot13", "hex", "idna", "undefined", "punycode", "unicode_escape"]
+)
+def test_w6_a_charset_that_is_no_text_encoding_is_ignored(agent, tmp_path, server, charset) -> None:
+    """W-6: the page names the charset. Python codecs that are no text charset made ``bytes.decode``
+    raise (``LookupError`` for base64/zlib/rot13/hex, ``UnicodeError`` for idna/undefined/punycode):
+    the call ended as ``internal_error``. Now the name is ignored (then the meta, then UTF-8)."""
+    s = agent.session(tmp_path, LOOP)
+    body = "<html><body><main><p>Caf\xe9 \\N{BULLET} h\xe9llo</p></main></body></html>".encode()
+    for path, ctype, data in (
+        ("/h", f"text/html; charset={charset}", body),
+        ("/m", "text/html", f'<html><head><meta charset="{charset}"></head>'.encode() + body[6:]),
+        ("/t", f"text/plain; charset={charset}", "Caf\xe9 \\N{BULLET}".encode()),
+    ):
+        res = s.tool("web_fetch", {"url": server.route(path, static(200, data, content_type=ctype))})
+        assert res.exit_code == 0 and res.error_kind is None, (path, res.error_kind, res.output)
+        assert "Café \\N{BULLET}" in res.output, (path, res.output)
 
 
 def test_b1_paging_walks_the_whole_document_without_gaps(agent, tmp_path, server) -> None:
@@ -229,6 +253,94 @@ def test_w6_body_over_five_mib_is_refused(agent, tmp_path, server) -> None:
     assert res.exit_code == 1 and res.error_kind["type"] == "invalid_argument"
 
 
+def test_w6_a_body_of_tiny_chunks_cannot_hold_the_event_loop_past_the_deadline(
+    agent, tmp_path, server
+) -> None:
+    """W-6: h11 hands over a chunk it has already buffered without a trip through the event loop,
+    and each costs ~6 µs across httpx's layers: 1 MiB sent as 1-byte chunks held the loop for 6.4 s
+    (5 MiB: about 30 s), every session of the process stood still and the call's own ``timeout``
+    could not fire until the body was done: this call, with a 1 s ``timeout``, *succeeded* after
+    16.8 s. ``read_body`` now lets the loop run every 256 chunks, so the deadline ends it."""
+    wire = b"1\r\nx\r\n" * (2 * 1024 * 1024) + b"0\r\n\r\n"
+
+    def tiny_chunks(h):
+        h.send_response(200)
+        h.send_header("Content-Type", "text/plain")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+        for i in range(0, len(wire), 1 << 20):
+            h.wfile.write(wire[i : i + (1 << 20)])
+
+    s = agent.session(tmp_path, LOOP)
+    started = time.monotonic()
+    res = s.tool("web_fetch", {"url": server.route("/tiny", tiny_chunks), "timeout": 1})
+    elapsed = time.monotonic() - started
+    assert res.error_kind is not None and res.error_kind["type"] == "timeout", res.error_kind
+    assert elapsed < 6, elapsed
+
+
+def test_w6_decoding_a_slow_charset_does_not_stall_the_event_loop(agent, tmp_path, server) -> None:
+    """W-6: one ``bytes.decode`` holds the GIL throughout, and charsets that leave bytes undefined
+    replace slowly: 5 MiB of 0xFF declared ISO-8859-7 took 0.64 s, decoded on the event loop, so
+    every session of the process stood still (and again for each meta refresh hop). The body is now
+    decoded in a worker thread a 128 KiB slice at a time, so the loop runs between slices."""
+    body = b"\xff" * (5 * 1024 * 1024 - 16)
+    url = server.route("/greek", static(200, body, content_type="text/plain; charset=iso-8859-7"))
+    s = agent.session(tmp_path, LOOP)
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    async def heartbeat() -> None:  # runs on the session's loop while the fetch does
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            ticks.append(loop.time())
+            await asyncio.sleep(0.01)
+
+    beat = s._loop.submit(heartbeat())
+    try:
+        res = s.tool("web_fetch", {"url": url, "max_chars": 10})
+    finally:
+        stop.set()
+        beat.result(timeout=30)
+    assert res.exit_code == 0 and res.metadata["range"]["total_chars"] == len(body), res.output
+    assert res.output.startswith("\ufffd" * 10)
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert max(gaps) < 0.3, f"the event loop stood still for {max(gaps):.2f} s"
+
+
+def test_w6_a_server_that_never_stops_sending_cannot_keep_the_event_loop(agent, tmp_path) -> None:
+    """W-6: ``loop.sock_recv`` returns without suspending when data is already waiting, and
+    httpcore reads informational responses until a final one. A server sending ``103 Early Hints``
+    without end kept the event loop to itself: the call's 2 s ``timeout`` never fired and every
+    session of the process froze (here until the server gives up after 20 s; a real one need not).
+    Each socket read now gives the loop a turn, so the deadline ends the call."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    hints = b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n" * 20_000
+
+    def flood() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            until = time.monotonic() + 20
+            with contextlib.suppress(OSError):
+                while time.monotonic() < until:
+                    conn.sendall(hints)
+
+    threading.Thread(target=flood, daemon=True).start()
+    s = agent.session(tmp_path, LOOP)
+    started = time.monotonic()
+    try:
+        res = s.tool("web_fetch", {"url": f"http://127.0.0.1:{port}/", "timeout": 2})
+    finally:
+        listener.close()
+    elapsed = time.monotonic() - started
+    assert res.error_kind is not None and res.error_kind["type"] == "timeout", res.error_kind
+    assert elapsed < 10, elapsed
+
+
 def _refresh(target: str, delay: int = 0) -> str:
     return f"<html><head><meta http-equiv='Refresh' content='{delay}; URL={target}'></head><body>moved</body></html>"
 
@@ -254,6 +366,25 @@ def test_w6_meta_refresh_is_a_redirect_and_counts_toward_the_limit(agent, tmp_pa
         "web_fetch", {"url": server.route("/slow", static(200, _refresh("/dest", 600), content_type=HTML))}
     )
     assert slow.metadata["redirects"] == 0  # a delayed refresh is content, not a redirect
+
+
+@pytest.mark.parametrize(
+    "target", ["javascript:void(0)", "about:blank", "mailto:a@b.example", "http://xn--/"]
+)
+def test_w6_a_meta_refresh_to_no_http_url_is_page_content(agent, tmp_path, server, target) -> None:
+    """W-6: a page's ``<meta http-equiv=refresh content="0; url=javascript:…">`` (or ``about:``,
+    ``mailto:``, bad punycode) failed the call as ``invalid_argument``, blaming the model's URL,
+    and the page was lost. Such a refresh is now content; a refresh to a blocked address is still
+    refused by the guard before any connection."""
+    s = agent.session(tmp_path, LOOP)
+    page = _refresh(target).replace("moved", "<main><p>The page's own words stay.</p></main>")
+    res = s.tool("web_fetch", {"url": server.route("/r", static(200, page, content_type=HTML))})
+    assert res.exit_code == 0 and "The page's own words stay." in res.output, res.output
+    assert res.metadata["redirects"] == 0
+    blocked = server.route("/b", static(200, _refresh("http://10.0.0.1/"), content_type=HTML))
+    res = s.tool("web_fetch", {"url": blocked})
+    assert res.error_kind is not None and res.error_kind["type"] == "invalid_argument"
+    assert "SSRF guard" in res.output
 
 
 @pytest.mark.parametrize(

@@ -236,3 +236,21 @@ def test_k8_the_conversion_queue_is_bounded_and_a_cancelled_waiter_passes_its_sl
             t.join()
         for loop in loops:
             loop.close()
+
+
+def test_w6_a_page_the_converter_amplifies_is_cut_in_the_child(agent, tmp_path, server, monkeypatch) -> None:
+    """W-6, B-1: converters amplify. html2text indents every line of a nested list by its depth, so
+    100 nested ``<ol>`` around ``<li>x`` items turn 1 byte of page into ~60 characters: a 3 MB page
+    became 185 M characters of markdown, the host's peak memory grew by 380 MB and the session
+    cached it all. The child now cuts the text at ``MAX_CONVERTED_CHARS`` (10 Mi; lowered here so
+    the page stays small), with a notice, and the host never reads more."""
+    monkeypatch.setattr(convert, "MAX_CONVERTED_CHARS", 200_000, raising=False)
+    page = "<html><body><main>" + "<ol><li>a" * 100 + "<li>x" * 20_000 + "</main></body></html>"
+    url = server.route("/amp", static(200, page, content_type="text/html"))
+    s = agent.session(tmp_path, LOOP)
+    res = s.tool("web_fetch", {"url": url, "body_only": False, "max_chars": 100})
+    assert res.exit_code == 0, res.output
+    total = res.metadata["range"]["total_chars"]
+    assert 200_000 <= total <= 200_000 + 100, total
+    last = s.tool("web_fetch", {"url": url, "body_only": False, "offset": total - 80, "max_chars": 100})
+    assert "[... the converted page was cut at 200000 characters]" in last.output

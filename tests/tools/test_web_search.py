@@ -519,6 +519,125 @@ def test_w1_full_text_of_returned_pages(agent, tmp_path, server) -> None:
     )
 
 
+def test_w1_stalling_full_text_pages_cannot_fail_a_search_that_met_its_gate(agent, tmp_path, server) -> None:
+    """W-1, W-5: the full-text stage shares the call's deadline. Each page's timeout started when it
+    got one of the 4 fetch slots, so 10 result pages that never answer took 3 rounds of the time
+    left and the call's outer deadline turned a search that had met its gate into ``timeout``
+    (measured: a 2 s search failed after 5 s). Now the stage ends at the deadline, the stalled rows
+    have no ``full_text`` and the others keep theirs."""
+    released = threading.Event()
+    pages = []
+    for i in range(12):
+        path = f"/ft{i}"
+        if i < 2:
+            body = f"<html><body><main><p>Rust ownership borrowing rules, fast page {i}.</p></main></body></html>"
+            server.route(path, static(200, body, content_type=HTML))
+        else:
+            server.route(path, lambda h: released.wait(60))
+        host = ("127.0.0.1", "localhost", "docs.localhost")[i % 3]
+        pages.append(
+            (f"Rust ownership borrowing rules part {i}", server.url(path, host=host), "Rust ownership.")
+        )
+    server.route("/sx/search", static(200, P.searxng_json(pages), content_type="application/json"))
+    s = session(agent, tmp_path, server)
+    try:
+        res = s.tool(
+            "web_search",
+            {
+                "query": P.QUERY,
+                "engines": ["searxng"],
+                "format": "json",
+                "limit": 12,
+                "full_text_bytes": 600,
+                "timeout": 4,
+            },
+        )
+    finally:
+        released.set()
+    assert res.exit_code == 0 and res.error_kind is None, (res.error_kind, res.output[:300])
+    rows = {r["url"].rsplit("/", 1)[1]: r for r in json.loads(res.output)}
+    assert "fast page 0" in rows["ft0"]["full_text"] and "fast page 1" in rows["ft1"]["full_text"]
+    assert all("full_text" not in rows[f"ft{i}"] for i in range(2, 12) if f"ft{i}" in rows)
+
+
+NESTED_WRAPPERS = "https://www.google.com/url?q=" * 3000 + "https://deep.example.com/"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"title": 5, "url": "https://n.example.com/", "content": "Rust ownership", "publishedDate": 7},
+        {"title": ["x"], "url": ["https://l.example.com/"], "content": {"a": 1}, "publishedDate": {"x": 1}},
+        {"title": "Rust ownership borrowing rules, wrapped", "url": NESTED_WRAPPERS, "content": "Rust"},
+    ],
+    ids=["number_title", "list_fields", "nested_wrappers"],
+)
+def test_w5_one_malformed_api_row_does_not_fail_the_search(agent, tmp_path, server, bad) -> None:
+    """W-5: an engine's answer is data from outside. A SearXNG row whose title was a number made
+    ``tidy`` raise ``TypeError`` (the call ended as ``internal_error``), and a result URL of 3,000
+    nested Google ``/url?q=`` wrappers made ``clean_url`` recurse past Python's limit (the call
+    ended as ``invalid_argument`` "input nested too deeply", blaming the model). Now such a row is
+    skipped and the others are the results."""
+    rows = json.loads(P.searxng_json(P.RESULTS))
+    rows["results"].insert(1, bad)
+    server.route("/sx/search", static(200, json.dumps(rows), content_type="application/json"))
+    s = session(agent, tmp_path, server)
+    res = s.tool("web_search", {"query": P.QUERY, "engines": ["searxng"], "format": "json"})
+    assert res.exit_code == 0 and res.error_kind is None, (res.error_kind, res.output[:300])
+    urls = [r["url"] for r in json.loads(res.output)]
+    assert sorted(urls) == sorted(url for _t, url, _s in P.RESULTS)
+
+
+def test_w5_an_engine_answer_nested_too_deep_fails_that_engine_only(agent, tmp_path, server) -> None:
+    """W-5: ``json.loads`` of 200,000 ``[`` raises ``RecursionError``, which escaped the engine and
+    failed the call as ``invalid_argument`` ("input nested too deeply"). Now it is an answer without
+    results: the search fails closed like any empty answer, typed ``retrieval_requirements_not_met``.
+    A parser that raises anything else fails its engine as ``transport``, never the call."""
+    server.route("/sx/search", static(200, b"[" * 200_000, content_type="application/json"))
+    s = session(agent, tmp_path, server)
+    res = s.tool("web_search", {"query": P.QUERY, "engines": ["searxng"]})
+    assert res.exit_code == 1 and res.error_kind["type"] == "retrieval_requirements_not_met", res.error_kind
+    assert res.metadata["engine_outcomes"][0]["kind"] == "empty"
+
+
+async def test_w5_a_parser_that_raises_fails_its_engine_as_transport() -> None:
+    """W-5: the engine's contract is to fail, typed, never to raise out of the search."""
+    from kernel.errors import Transport
+    from tools.web_search.engines import _parse
+
+    def boom(body, base, stopped):
+        raise KeyError("surprise")
+
+    engine = replace(resolve_engine("searxng"), parser=boom)
+    with pytest.raises(Transport, match="searxng: its answer could not be read"):
+        await _parse(engine, b"{}", "https://sx.example.com/")
+
+
+def test_w5_an_engine_failing_in_an_unforeseen_way_fails_alone(agent, tmp_path, server, monkeypatch) -> None:
+    """W-5: ``query_engine`` never raises for an engine's failure. Exceptions nobody foresaw (this
+    round found a lone surrogate, a malformed SOCKS5 reply, a 5,000-digit ``Retry-After``) escaped
+    it and failed the whole call as ``internal_error``, the other engines' results lost. Now the
+    engine fails as ``transport`` (its message names only the exception's type) and the rest stand."""
+    from tools.web_search import engines as E
+
+    serve_all(server)
+    real = E._fetch_page
+
+    async def flaky(http, engine, *args):
+        if engine.name == "ddg":
+            raise RuntimeError("surprise with https://secret.example/?token=abc")
+        return await real(http, engine, *args)
+
+    monkeypatch.setattr(E, "_fetch_page", flaky)
+    s = session(agent, tmp_path, server)
+    res = s.tool("web_search", {"query": P.QUERY, "engines": ["ddg", "bing", "brave"], "format": "json"})
+    assert res.exit_code == 0 and res.error_kind is None, (res.error_kind, res.output[:300])
+    assert json.loads(res.output)
+    ddg = next(o for o in res.metadata["engine_outcomes"] if o["engine"] == "ddg")
+    assert ddg["failure_kind"] == "transport"
+    assert "token=abc" not in json.dumps(res.metadata)
+
+
 def test_d3_engine_endpoints_pass_the_guard_too(agent, tmp_path, server) -> None:
     serve_all(server)
     cfg = config_for(server)

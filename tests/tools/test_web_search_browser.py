@@ -108,6 +108,26 @@ def test_w1_browser_tier_renders_a_served_page(agent, tmp_path, server, scope) -
     assert wait_gone(scope) == []
 
 
+def test_w5_a_lone_surrogate_in_the_rendered_dom_does_not_fail_the_search(
+    agent, tmp_path, server, scope
+) -> None:
+    """W-5: a page's script can put a lone surrogate in the DOM; the rendered HTML came back as a
+    str that UTF-8 cannot encode, and the ``UnicodeEncodeError`` failed the whole ``web_search`` as
+    ``invalid_argument`` (blaming the model). It is now replaced and the results are parsed."""
+    page = P.js_rendered_bing_page(P.RESULTS).replace(
+        "</body>",
+        "<script>document.body.appendChild(document.createTextNode('\\uD800 lone'));</script></body>",
+    )
+    server.route("/bing_browser", static(200, page, content_type=HTML))
+    s = session(agent, tmp_path, server)
+    res = s.tool(
+        "web_search", {"query": P.QUERY, "engines": ["bing_browser"], "timeout": 60, "format": "json"}
+    )
+    assert res.exit_code == 0 and res.error_kind is None, (res.error_kind, res.output[:300])
+    assert len(json.loads(res.output)) == len(P.RESULTS)
+    assert wait_gone(scope) == []
+
+
 def test_d3_the_browser_tier_obeys_the_guard(agent, tmp_path, server, scope) -> None:
     server.route("/bing_browser", static(200, P.bing_page(P.RESULTS), content_type=HTML))
     s = agent.session(tmp_path, SessionOptions(services={"web_search": config_for(server)}))  # guard closed

@@ -31,8 +31,9 @@ from typing import Any
 
 import httpcore
 import httpx
+from socksio import SOCKSError
 
-from kernel.errors import InvalidArgument
+from kernel.errors import InvalidArgument, Transport
 from tools.net.addresses import IPAddress
 from tools.net.backend import GuardedBackend, GuardedTransport, ProxiedTransport
 from tools.net.decoding import ACCEPT_ENCODING
@@ -236,6 +237,17 @@ class SafeHttp:
                 if proxy is not None and is_proxy_auth_failure(exc):
                     raise self._proxy_refused(op, proxy) from None
                 raise map_http_error(exc, op, current.anchor, str(current.url)) from None
+            except SOCKSError:  # socksio's, raised through httpcore as it is: a malformed reply
+                raise Transport(
+                    f"{op}: the SOCKS5 proxy {proxy.anchor if proxy is not None else '(none)'} answered a malformed reply",
+                    op=op,
+                ) from None
+            except UnicodeError:
+                # httpx builds the next request of every 3xx, followed or not, and reads the
+                # Location's host: bad punycode (``xn--``) raises IDNAError there, not InvalidURL.
+                raise Transport(
+                    f"{op}: {current.anchor} answered a redirect to an invalid URL", op=op
+                ) from None
             if proxy is not None and response.status_code == PROXY_AUTH_REQUIRED:
                 # Only a proxy answers 407: a forwarded plain-http request it would not carry.
                 await response.aclose()

@@ -24,19 +24,26 @@ import httpx
 from kernel.errors import InvalidArgument, RateLimited, ToolError, Transport
 
 MAX_RETRY_AFTER_MS = 24 * 3600 * 1000
+MAX_DELTA_DIGITS = 12  # more seconds than that is past the cap anyway
 MAX_DETAIL_CHARS = 200
 
 
 def retry_after_ms(value: str | None, now_ms: int) -> int | None:
-    """``Retry-After`` as milliseconds from now (delta seconds or an HTTP date), capped at 24 h."""
+    """``Retry-After`` as milliseconds from now (delta seconds or an HTTP date), capped at 24 h.
+
+    The server wrote it: only ASCII digits are delta seconds (``str.isdigit`` also takes ``²``,
+    which ``int`` refuses), a longer number than ``MAX_DELTA_DIGITS`` is the cap (``int`` refuses
+    5,000 digits), and anything unreadable is no delay — never an exception."""
     if not value:
         return None
     text = value.strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
+        if len(text) > MAX_DELTA_DIGITS:
+            return MAX_RETRY_AFTER_MS
         return min(int(text) * 1000, MAX_RETRY_AFTER_MS)
     try:
         when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when is None or when.tzinfo is None:
         return None

@@ -96,6 +96,8 @@ def parse_proxy(raw: str, *, source: ProxySource = "request") -> ProxyUrl:
     where = "proxy" if source == "request" else "the environment's proxy (HTTP(S)_PROXY/ALL_PROXY)"
     try:
         url = httpx.URL(raw.strip())
+        host = url.host  # decodes punycode: ``xn--`` raises IDNAError (a ValueError)
+        credentials = (url.username, url.password) if url.userinfo else None  # percent-decoded
     except (httpx.InvalidURL, ValueError, TypeError):
         raise InvalidArgument(f"invalid {where} url: expected scheme://[user:password@]host:port") from None
     if url.scheme not in PROXY_SCHEMES:
@@ -103,19 +105,17 @@ def parse_proxy(raw: str, *, source: ProxySource = "request") -> ProxyUrl:
             f"{where} must be http://host:port, https://host:port or socks5://host:port (socks5h too), "
             f"not {url.scheme[:16]}:"
         )
-    if not url.host or (source == "request" and url.port is None):
+    if not host or (source == "request" and url.port is None):
         raise InvalidArgument(f"{where} must name a host and a port (http://host:port or socks5://host:port)")
     if url.port is not None and not 0 < url.port < 65536:
         raise InvalidArgument(f"{where} port must be 1-65535")
     if url.path not in ("", "/") or url.query or url.fragment:
         raise InvalidArgument(f"{where} url must be scheme://[user:password@]host:port, without a path")
-    credentials = None
-    if url.userinfo:
-        credentials = (url.username, url.password)  # httpx percent-decodes both
+    if credentials is not None:
         for part, name in zip(credentials, ("user name", "password"), strict=True):
             if len(part.encode("utf-8")) > MAX_CREDENTIAL_BYTES:
                 raise InvalidArgument(f"{where}: the {name} is longer than {MAX_CREDENTIAL_BYTES} bytes")
-    return ProxyUrl(url.scheme, url.host, url.port, credentials, source)
+    return ProxyUrl(url.scheme, host, url.port, credentials, source)
 
 
 def check_proxy_url(raw: str) -> ProxyUrl:
@@ -127,13 +127,14 @@ def redact_proxy(raw: str) -> str:
     """A ``proxy`` argument as events show it: ``scheme://***@host:port`` when it carries userinfo."""
     try:
         url = httpx.URL(raw.strip())
+        host = url.host  # may raise IDNAError (a ValueError)
     except (httpx.InvalidURL, ValueError, TypeError):
         return "(invalid proxy url)" if "@" in raw else raw
     if not url.userinfo and "@" not in raw:
         return raw
-    if not url.host:
+    if not host:
         return "(invalid proxy url)"
-    shown = _url(url.scheme, url.host, url.port)
+    shown = _url(url.scheme, host, url.port)
     return shown.replace("://", "://***@", 1)
 
 

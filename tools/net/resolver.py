@@ -2,7 +2,8 @@
 
 The guard asks a ``Resolver`` for *every* address of a name and connects only to answers it has
 checked; nothing else in the transport resolves names. ``SystemResolver`` asks the operating
-system (``getaddrinfo`` in the loop's executor, bounded by ``RESOLVE_TIMEOUT_S``);
+system (``getaddrinfo`` in threads of its own, ``DNS_THREADS`` per process, bounded by
+``RESOLVE_TIMEOUT_S``);
 ``StaticResolver`` answers from a table, so a test can make ``internal.test`` resolve to
 ``10.0.0.5`` and watch the guard refuse it without any packet leaving the machine.
 """
@@ -10,13 +11,35 @@ system (``getaddrinfo`` in the loop's executor, bounded by ``RESOLVE_TIMEOUT_S``
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import os
 import socket
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from kernel.errors import Timeout, Transport
 
 RESOLVE_TIMEOUT_S = 10.0
+# getaddrinfo cannot be interrupted: a lookup that outlives its timeout holds its thread until the
+# C library gives up (tens of seconds against a name server that never answers). In the loop's
+# default executor (6 threads on 2 cores) six such lookups — names the model chose — stopped every
+# ``to_thread`` of the process (git, bash, search, conversions); now they can only delay lookups.
+DNS_THREADS = 16
+_POOL_LOCK = threading.Lock()
+_POOL: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+
+
+def _dns_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The process's lookup threads (a forked worker makes its own: the parent's threads are gone)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL[0] != os.getpid():
+            _POOL = (
+                os.getpid(),
+                concurrent.futures.ThreadPoolExecutor(DNS_THREADS, thread_name_prefix="a3s-dns"),
+            )
+        return _POOL[1]
 
 
 class Resolver(Protocol):
@@ -33,7 +56,11 @@ class SystemResolver:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.timeout_s):
-                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+                # a lookup still queued at the timeout is cancelled with its future, never run
+                infos = await loop.run_in_executor(
+                    _dns_pool(),
+                    lambda: socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP),
+                )
         except TimeoutError:
             raise Timeout(
                 f"resolving {host} took longer than {self.timeout_s:.0f}s",

@@ -155,6 +155,14 @@ def _readable(sock: socket.socket | None) -> bool:
     return bool(readable)
 
 
+async def _let_the_loop_run() -> None:
+    """``loop.sock_recv`` returns without suspending when data is already waiting, so a server that
+    never stops sending kept the event loop to itself: an endless stream of ``103 Early Hints``
+    (httpcore reads on until a final response) froze every session of the process and no deadline
+    could fire. Each read now gives the loop one turn (about a microsecond per read of up to 1 MiB)."""
+    await asyncio.sleep(0)
+
+
 @contextlib.contextmanager
 def _within(timeout: float | None, on_timeout: type[Exception], on_error: type[Exception]) -> Any:
     try:
@@ -204,6 +212,7 @@ class SocketStream(httpcore.AsyncNetworkStream):
             loop = asyncio.get_running_loop()
             with _within(timeout, httpcore.ReadTimeout, httpcore.ReadError):
                 data = await loop.sock_recv(self._sock, max(max_bytes, READ_BYTES))
+            await _let_the_loop_run()
         claim = _CLAIM.get()
         if claim is not None and data:
             data = self._through_header_end(claim, data)
@@ -345,6 +354,7 @@ class TLSSocketStream(httpcore.AsyncNetworkStream):
                 data = self._drain()
                 if data or self._eof:
                     await self._flush()  # what reading produced (a key update's answer)
+                    await _let_the_loop_run()
                     return data
                 await self._flush()
                 await self._fill()

@@ -85,15 +85,19 @@ def parse_url(raw: str, *, base: SafeUrl | None = None, drop_secret_query: bool 
         raise InvalidArgument("url contains whitespace or control characters")
     try:
         url = base.url.join(text) if base is not None else httpx.URL(text)
+        # ``host`` decodes punycode: ``xn--`` or ``xn--ls8h.la`` raise IDNAError (a ValueError).
+        host, port = url.host, url.port
     except (httpx.InvalidURL, ValueError, TypeError) as exc:
-        raise InvalidArgument(f"invalid url: {exc}") from None
+        raise InvalidArgument(f"invalid url: {str(exc)[:200]}") from None
     if url.scheme not in SCHEMES:
         shown = url.scheme or "(none)"
         raise InvalidArgument(f"only http and https URLs are allowed, not {shown}:")
     if url.userinfo:
         raise InvalidArgument("URLs with credentials (user:password@) are refused")
-    if not url.host:
+    if not host:
         raise InvalidArgument("url has no host")
+    if port is not None and not 0 < port < 65536:  # connect() raised OverflowError past 65535
+        raise InvalidArgument(f"url port must be 1-65535, not {port}")
     if "%" in url.raw_host.decode("ascii", "replace"):
         raise InvalidArgument("url host must not contain percent-escapes or zone identifiers")
     if url.fragment:

@@ -50,7 +50,13 @@ HEADER = struct.Struct("!I")
 MAX_IDLE = 2
 MAX_CONCURRENT = 3  # children converting at once, per process (each may take 2 GiB, 150 s of CPU)
 MAX_WAITING = 64  # conversions queued for a slot; one more is refused (transport)
-MAX_REPLY_BYTES = 256 * 1024 * 1024
+# What a conversion may hand back, in characters: converters amplify (nested <ol> or <blockquote>
+# indent every line by the depth: a 3 MB page became 185 M characters of markdown, +380 MB in the
+# host and cached per session). Twice the body limit is room for any real page; the child cuts.
+MAX_CONVERTED_CHARS = 10 * 1024 * 1024
+CUT_NOTICE = "\n\n[... the converted page was cut at {n} characters]"
+# JSON escapes a character in at most 12 bytes (an astral one as two \uXXXX), plus the title.
+MAX_REPLY_BYTES = 12 * MAX_CONVERTED_CHARS + 64 * 1024
 
 
 class _Pool:
@@ -128,12 +134,16 @@ def _exchange(proc: subprocess.Popen[bytes], job: bytes) -> dict[str, Any]:
     return reply
 
 
-async def convert(html: str, fmt: str, body_only: bool, url: str, op: str) -> tuple[str, str | None]:
-    """``html`` as ``fmt`` (``extract.render``) and its title, converted in a killable child."""
+async def convert(
+    html: str, fmt: str, body_only: bool, url: str, op: str, max_chars: int = MAX_CONVERTED_CHARS
+) -> tuple[str, str | None]:
+    """``html`` as ``fmt`` (``extract.render``) and its title, converted in a killable child; a text
+    longer than ``max_chars`` (at most ``MAX_CONVERTED_CHARS``) is cut there, in the child."""
     shared = pool()
-    job = json.dumps({"html": html, "fmt": fmt, "body_only": body_only, "url": url}).encode("utf-8")
+    max_chars = max(1, min(max_chars, MAX_CONVERTED_CHARS))
+    job = {"html": html, "fmt": fmt, "body_only": body_only, "url": url, "max_chars": max_chars}
     async with shared.slots.hold(op):  # queued here, a call owns no child: its deadline just ends it
-        proc, reply = await _exchange_once_or_twice(shared, job, op)
+        proc, reply = await _exchange_once_or_twice(shared, json.dumps(job).encode("utf-8"), op)
         if not reply.get("ok"):
             _stop(proc, None)
             raise ToolError(f"{op}: could not convert the page: {reply.get('error')}")
@@ -141,6 +151,8 @@ async def convert(html: str, fmt: str, body_only: bool, url: str, op: str) -> tu
         if not isinstance(text, str) or not (title is None or isinstance(title, str)):
             _stop(proc, None)
             raise Transport(f"{op}: the conversion process answered garbage", op=op)
+        if len(text) > max_chars + len(CUT_NOTICE) + 20:  # the child cuts; never trust it blindly
+            text = text[:max_chars] + CUT_NOTICE.format(n=max_chars)
         if reply.get("retire"):  # it exits after a big page rather than idle on a grown heap
             threading.Thread(target=discard, args=(proc,), daemon=True).start()
         else:

@@ -2,7 +2,8 @@
 
 Started as ``python -I convert_child.py PROJECT_ROOT`` with a minimal environment and ``/`` as its
 working directory. It imports the converters once (trafilatura costs about a second), then serves
-jobs until its stdin ends: one frame in (``{"html", "fmt", "body_only", "url"}``), one frame out
+jobs until its stdin ends: one frame in (``{"html", "fmt", "body_only", "url", "max_chars"}``: a longer text is cut there, with a
+notice), one frame out
 (``{"ok": true, "text", "title"}`` or ``{"ok": false, "error"}``). A frame is a 4-byte big-endian
 length and that much UTF-8 JSON.
 
@@ -27,6 +28,7 @@ HEADER = struct.Struct("!I")
 JOB_CPU_S = 150  # web_fetch's longest timeout (120 s) plus slack: the host kills it before that
 AS_LIMIT_BYTES = 2 * 1024 * 1024 * 1024  # a 5 MiB page of links peaked at 1 GiB
 RETIRE_RSS_BYTES = 384 * 1024 * 1024  # a big page's heap is not kept idle
+CUT_NOTICE = "\n\n[... the converted page was cut at {n} characters]"  # as convert.CUT_NOTICE
 
 
 def _read_exact(n: int) -> bytes | None:
@@ -94,6 +96,9 @@ def main() -> None:
             job = json.loads(body)
             page = Page("html", job["html"], "text/html")
             text = render(page, job["fmt"], job["body_only"], job["url"])
+            max_chars = int(job["max_chars"])
+            if len(text) > max_chars:  # converters amplify (every nested list line indented)
+                text = text[:max_chars] + CUT_NOTICE.format(n=max_chars)
             reply = {"ok": True, "text": text, "title": title_of(job["html"])}
         except MemoryError:
             reply = {"ok": False, "error": "the page needs more memory to convert than is allowed"}

@@ -259,7 +259,9 @@ class BrowserPool:
                 raise Transport(
                     f"web_search: the browser could not load the page: {str(exc)[:200]}", op="web_search"
                 ) from None
-            return html.encode("utf-8")
+            # A page's script may put a lone surrogate in the DOM ("\uD800"): UTF-8 cannot encode
+            # it, and the UnicodeEncodeError failed the whole search. It becomes "?".
+            return html.encode("utf-8", "replace")
         finally:
             self._budgets.pop(page, None)
             with contextlib.suppress(Exception):

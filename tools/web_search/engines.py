@@ -13,7 +13,8 @@ typed from the status (429 → ``rate_limited`` with ``Retry-After``; 401 →
 ``provider_authentication``; 402 → ``provider_quota``; 403 → ``provider_permission``; 400/422 →
 ``provider_invalid_request``; 408/5xx and I/O → ``transport``; the engine's budget → ``timeout``;
 the request's proxy refusing its credentials → ``proxy_authentication``, neither transient nor
-counted by the engine's breaker). A response body is never used to classify a failure.
+counted by the engine's breaker); any other exception → ``transport`` for that engine, never the
+call. A response body is never used to classify a failure.
 """
 
 from __future__ import annotations
@@ -224,7 +225,12 @@ async def _parse(engine: Engine, body: bytes, url: str) -> Parsed:
     slow (250 nested result blocks around 4 MiB of filler: about 9 s of CPU, each block searching
     the filler), so it asks the stop flag ``stoppable`` sets at the deadline before each block: the
     thread ends within one block's work (it parsed on alone for 9 s before), its outcome retrieved."""
-    return await stoppable(threading.Event(), lambda stopped: engine.parser(body, url, stopped))
+    try:
+        return await stoppable(threading.Event(), lambda stopped: engine.parser(body, url, stopped))
+    except Exception as exc:  # an answer no parser expected fails this engine, never the search
+        raise Transport(
+            f"{engine.name}: its answer could not be read ({type(exc).__name__})", op="web_search"
+        ) from None
 
 
 async def query_engine(
@@ -275,5 +281,10 @@ async def query_engine(
         outcome.failure_kind = str(exc.data.get("failure_kind") or "transport")
         outcome.message = exc.message
         outcome.retry_after_ms = exc.data.get("retry_after_ms")
+    except Exception as exc:  # the rest of a server's surprises: this engine fails
+        # (a lone surrogate, a SOCKS5 reply, a Retry-After of 5,000 digits each failed the whole
+        # call before they were handled where they arise). Only the type: a message may hold a URL.
+        outcome.failure_kind = "transport"
+        outcome.message = f"{engine.name}: failed unexpectedly ({type(exc).__name__})"
     outcome.duration_ms = int((monotonic() - started) * 1000)
     return outcome

@@ -44,6 +44,9 @@ Parser = Callable[[bytes, str, Stop], Parsed]
 T = TypeVar("T")
 
 
+MAX_DATE_CHARS = 64  # an API row's date, as given (a result shows it)
+
+
 class ParseStopped(Exception):
     """The search ended (deadline, cancel) while its page was being parsed."""
 
@@ -262,36 +265,40 @@ def parse_feed(body: bytes, base: str, stopped: Stop = _never) -> Parsed:
 def _json(body: bytes) -> Any:
     try:
         return json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: "[[[[…" nested deep
         return None
+
+
+def _str(value: Any) -> str:
+    """A JSON field that should be a string: anything else (a number, a list) is no value."""
+    return value if isinstance(value, str) else ""
+
+
+def _api_date(value: Any) -> str | None:
+    return value[:MAX_DATE_CHARS] if isinstance(value, str) and value else None
+
+
+def _api_rows(rows: Any, snippet: str, date: str) -> Parsed:
+    if not isinstance(rows, list):
+        return []
+    return [
+        (tidy(_str(r.get("title"))), _str(r.get("url")), tidy(_str(r.get(snippet))), _api_date(r.get(date)))
+        for r in rows
+        if isinstance(r, dict)
+    ]
 
 
 def parse_searxng(body: bytes, base: str, stopped: Stop = _never) -> Parsed:
     data = _json(body)
-    rows = data.get("results", []) if isinstance(data, dict) else []
-    return [
-        (tidy(r.get("title")), str(r.get("url") or ""), tidy(r.get("content")), r.get("publishedDate"))
-        for r in rows
-        if isinstance(r, dict)
-    ]
+    return _api_rows(data.get("results") if isinstance(data, dict) else None, "content", "publishedDate")
 
 
 def parse_tavily(body: bytes, base: str, stopped: Stop = _never) -> Parsed:
     data = _json(body)
-    rows = data.get("results", []) if isinstance(data, dict) else []
-    return [
-        (tidy(r.get("title")), str(r.get("url") or ""), tidy(r.get("content")), r.get("published_date"))
-        for r in rows
-        if isinstance(r, dict)
-    ]
+    return _api_rows(data.get("results") if isinstance(data, dict) else None, "content", "published_date")
 
 
 def parse_brave_api(body: bytes, base: str, stopped: Stop = _never) -> Parsed:
     data = _json(body)
     web = data.get("web", {}) if isinstance(data, dict) else {}
-    rows = web.get("results", []) if isinstance(web, dict) else []
-    return [
-        (tidy(r.get("title")), str(r.get("url") or ""), tidy(r.get("description")), r.get("page_age"))
-        for r in rows
-        if isinstance(r, dict)
-    ]
+    return _api_rows(web.get("results") if isinstance(web, dict) else None, "description", "page_age")

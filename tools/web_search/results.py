@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 RRF_K = 60
 MAX_TITLE_BYTES = 2048
 MAX_CONTENT_BYTES = 4096
+MAX_UNWRAPS = 8  # redirect wrappers (Google /url, DuckDuckGo uddg, Bing /ck/a) undone per link
 TRACKING_PREFIXES = ("utm_", "fbclid", "gclid", "mc_cid", "mc_eid", "ref_src")
 _SPACE = re.compile(r"\s+")
 NAVIGATION = (
@@ -93,9 +94,11 @@ def _bing_target(query: dict[str, str]) -> str | None:
         return None
 
 
-def clean_url(href: str | None, base: str | None = None) -> str | None:
-    """The destination a result link points to, or None for non-results."""
-    if not href:
+def clean_url(href: str | None, base: str | None = None, unwrapped: int = 0) -> str | None:
+    """The destination a result link points to, or None for non-results (and for links wrapped in
+    more than ``MAX_UNWRAPS`` redirect wrappers: a 75 KB href of 3,000 nested Google wrappers
+    recursed past Python's limit and failed the whole search)."""
+    if not href or unwrapped > MAX_UNWRAPS:
         return None
     href = href.strip()
     if href.startswith("//"):
@@ -110,11 +113,11 @@ def clean_url(href: str | None, base: str | None = None) -> str | None:
     host = (parts.hostname or "").lower()
     query = dict(parse_qsl(parts.query))
     if re.match(r"^(www\.)?google\.", host) and parts.path == "/url":
-        return clean_url(query.get("q") or query.get("url"))
+        return clean_url(query.get("q") or query.get("url"), unwrapped=unwrapped + 1)
     if host.endswith("duckduckgo.com") and "uddg" in query:
-        return clean_url(unquote(query["uddg"]))
+        return clean_url(unquote(query["uddg"]), unwrapped=unwrapped + 1)
     if host.endswith("bing.com") and parts.path.startswith("/ck/"):
-        return clean_url(_bing_target(query))
+        return clean_url(_bing_target(query), unwrapped=unwrapped + 1)
     if parts.scheme not in ("http", "https") or not host:
         return None
     if any(p.match(host) for p in NAVIGATION):

@@ -189,23 +189,26 @@ async def _full_texts(
     from tools.web_fetch.extract import classify
 
     gate = asyncio.Semaphore(FULL_TEXT_CONCURRENCY)
+    # One deadline for the whole stage, the wait for the gate included: a per-page timeout started
+    # when a page got the gate, so 12 stalling pages at 4 at a time took 3 × ``left`` and the outer
+    # deadline failed a search that had met its gate (a 2 s search: ``timeout`` after 5 s).
+    until = asyncio.get_running_loop().time() + max(0.5, left)
 
     async def one(url: str) -> tuple[str, str | None]:
-        async with gate:
-            try:
-                async with asyncio.timeout(max(0.5, left)):
-                    async with http.open(parse_url(url), op=NAME) as got:
-                        if got.response.status_code != 200:
-                            return url, None
-                        ctype = got.response.headers.get("content-type")
-                        body = await read_body(got.response, FULL_TEXT_PAGE_BYTES, NAME, got.url)
-                    page = classify(body, ctype)
-                    text = page.text  # HTML: in a child the timeout kills (quadratic parser paths)
-                    if page.kind == "html":
-                        text = (await convert(page.text, "text", True, url, NAME))[0]
-            except Exception:  # a page we cannot read simply has no full_text
-                return url, None
-            return url, text.encode("utf-8")[:max_bytes].decode("utf-8", "ignore")
+        try:
+            async with asyncio.timeout_at(until), gate:
+                async with http.open(parse_url(url), op=NAME) as got:
+                    if got.response.status_code != 200:
+                        return url, None
+                    ctype = got.response.headers.get("content-type")
+                    body = await read_body(got.response, FULL_TEXT_PAGE_BYTES, NAME, got.url)
+                page = await asyncio.to_thread(classify, body, ctype)  # decoding may take 0.6 s
+                text = page.text  # HTML: in a child the timeout kills (quadratic parser paths)
+                if page.kind == "html":
+                    text = (await convert(page.text, "text", True, url, NAME, max_chars=max_bytes))[0]
+        except Exception:  # a page we cannot read (or not within the stage's time) has no full_text
+            return url, None
+        return url, text.encode("utf-8")[:max_bytes].decode("utf-8", "ignore")
 
     pairs = await asyncio.gather(*(one(r.url) for r in report.rows[:limit]))
     return {url: text for url, text in pairs if text}
