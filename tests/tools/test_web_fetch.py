@@ -305,7 +305,7 @@ def test_w6_decoding_a_slow_charset_does_not_stall_the_event_loop(agent, tmp_pat
     assert res.exit_code == 0 and res.metadata["range"]["total_chars"] == len(body), res.output
     assert res.output.startswith("\ufffd" * 10)
     gaps = [b - a for a, b in itertools.pairwise(ticks)]
-    assert max(gaps) < 0.3, f"the event loop stood still for {max(gaps):.2f} s"
+    assert max(gaps) < 0.4, f"the event loop stood still for {max(gaps):.2f} s"
 
 
 def test_w6_a_server_that_never_stops_sending_cannot_keep_the_event_loop(agent, tmp_path) -> None:
