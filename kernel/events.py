@@ -144,13 +144,26 @@ class MemoryEventSink:
 
 
 def event_bytes(event: Event) -> int:
-    """What an event weighs in memory, roughly: its JSON size (its data dominates) plus the envelope."""
-    head = len(event.type) + len(event.call_id) + len(event.tool) + len(event.origin)
+    """What an event weighs in memory, roughly: its data (strings by length, scalars at 8, nested
+    values by their JSON size) plus the envelope. Most events hold only strings and scalars, weighed
+    without encoding anything: every tool call emits several, and a JSON pass of each cost ~2 µs."""
+    size = EVENT_OVERHEAD_BYTES + len(event.type) + len(event.call_id) + len(event.tool) + len(event.origin)
+    for key, value in event.data.items():
+        size += len(key)
+        if isinstance(value, str):
+            size += len(value)
+        elif value is None or isinstance(value, (bool, int, float)):
+            size += 8
+        else:
+            size += _json_size(value)
+    return size
+
+
+def _json_size(value: Any) -> int:
     try:
-        body = len(json.dumps(event.data, ensure_ascii=False, default=str))
+        return len(json.dumps(value, ensure_ascii=False, default=str))
     except (TypeError, ValueError, RecursionError):  # not JSON (a cycle): weigh it as one overhead more
-        body = EVENT_OVERHEAD_BYTES
-    return EVENT_OVERHEAD_BYTES + head + body
+        return EVENT_OVERHEAD_BYTES
 
 
 class FanoutSink:
