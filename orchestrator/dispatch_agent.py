@@ -99,12 +99,8 @@ def child_result(result: ToolResult, spec: ChildSpec, session_id: str) -> TaskRe
     found = meta.get("task_result")
     if isinstance(found, dict):
         return TaskResult.from_json(found)
-    return TaskResult.aborted(
-        task_id=spec.task_id,
-        index=spec.index,
-        agent=spec.agent.name,
-        description=spec.description,
-        session_id=session_id,
+    return spec.aborted(
+        session_id,
         completion="cancelled" if (result.error_kind or {}).get("type") == "cancelled" else "failed",
         error_kind=result.error_kind or {"type": "internal_error", "message": result.output[:500]},
     )

@@ -266,12 +266,8 @@ class AgentSegments(abc.ABC):
                 if raw is not None:
                     tr = TaskResult.from_json(raw)
                 else:
-                    tr = TaskResult.aborted(
-                        task_id=spec.task_id,
-                        index=spec.index,
-                        agent=spec.agent.name,
-                        description=spec.description,
-                        session_id=_child_session(susp.state["session_id"], spec.task_id),
+                    tr = spec.aborted(
+                        _child_session(susp.state["session_id"], spec.task_id),
                         completion="timed_out" if settled == "timed_out" else "cancelled",
                         duration_ms=int(g.get("timeout_ms") or 0) if settled == "timed_out" else 0,
                     )

@@ -59,6 +59,26 @@ class ChildSpec:
     model: str | None = None
     budget: Budget | None = None
 
+    def aborted(
+        self,
+        session_id: str = "",
+        *,
+        completion: Completion = "cancelled",
+        error_kind: dict[str, Any] | None = None,
+        duration_ms: int = 0,
+    ) -> TaskResult:
+        """This child's result when it never finished (``TaskResult.aborted`` with its identity)."""
+        return TaskResult.aborted(
+            task_id=self.task_id,
+            index=self.index,
+            agent=self.agent.name,
+            description=self.description,
+            session_id=session_id,
+            completion=completion,
+            error_kind=error_kind,
+            duration_ms=duration_ms,
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "index": self.index,

@@ -114,14 +114,8 @@ def collect(
         got = results.get(spec.index)
         if got is None:
             completion = "timed_out" if outcome.status == "timed_out" else "cancelled"
-            got = TaskResult.aborted(
-                task_id=spec.task_id,
-                index=spec.index,
-                agent=spec.agent.name,
-                description=spec.description,
-                session_id=sessions.get(spec.index, ""),
-                completion=completion,
-                duration_ms=outcome.duration_ms,
+            got = spec.aborted(
+                sessions.get(spec.index, ""), completion=completion, duration_ms=outcome.duration_ms
             )
         out.append(got)
     return out
@@ -153,12 +147,8 @@ class ChildFanOut(abc.ABC):
             return await self.run_one(ctx, call, spec, session_id)
         except Exception as exc:
             log.error("task child %s (%s) runner raised", spec.task_id, spec.agent.name, exc_info=exc)
-            return TaskResult.aborted(
-                task_id=spec.task_id,
-                index=spec.index,
-                agent=spec.agent.name,
-                description=spec.description,
-                session_id=session_id,
+            return spec.aborted(
+                session_id,
                 completion="failed",
                 error_kind=error_from_exception(exc, call.tool).to_kind(),
                 duration_ms=int((time.monotonic() - started) * 1000),
@@ -253,24 +243,10 @@ class ChildFanOut(abc.ABC):
                 try:
                     result = await asyncio.wait_for(child, timeout_ms / 1000)
                 except TimeoutError:
-                    result = TaskResult.aborted(
-                        task_id=spec.task_id,
-                        index=spec.index,
-                        agent=spec.agent.name,
-                        description=spec.description,
-                        session_id=sid,
-                        completion="timed_out",
-                        duration_ms=timeout_ms,
-                    )
+                    result = spec.aborted(sid, completion="timed_out", duration_ms=timeout_ms)
             return result
         finally:
-            final = result or TaskResult.aborted(
-                task_id=spec.task_id,
-                index=spec.index,
-                agent=spec.agent.name,
-                description=spec.description,
-                session_id=sid,
-            )
+            final = result or spec.aborted(sid)
             self._finish(spec.task_id, final)
             emit(ctx, "subagent_end", end_data(final, True, _redactor(ctx)))
 
