@@ -9,7 +9,8 @@ from pathlib import Path
 
 from kernel.testing import make_context
 from kernel.workspace import LocalWorkspace
-from tools.ls import TOOL, shown_name
+from tools.ls import TOOL
+from tools.shown_names import shown_name
 
 
 def _ls(root: Path) -> tuple[str, list[str]]:

@@ -32,7 +32,7 @@ from tools.git.view import (
     relative_to_workspace,
     too_large,
 )
-from tools.ls import shown_name
+from tools.shown_names import shown_name
 
 LOG_SCAN_CAP = 5000  # commits a log walk may visit (offset + page)
 MAX_LISTED_ENTRIES = 200  # status lines / per-file diff stats kept in output and metadata

@@ -17,11 +17,11 @@ from typing import Any
 from kernel.beneath import O_READ
 from kernel.errors import Cancelled, InvalidArgument, Timeout, ToolError
 from kernel.workspace import Workspace
-from tools.ls import shown_name
 from tools.search import bm25
 from tools.search.grep import Guard, build_query, pick_engine
 from tools.search.grep_local import beneath_of, is_local
 from tools.search.grep_py import UTF8_BOM, decode_text
+from tools.shown_names import shown_name
 
 MAX_QUERY_BYTES = 2048
 MAX_QUERY_TERMS = 32

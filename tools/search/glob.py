@@ -17,12 +17,12 @@ from typing import Any
 
 from kernel.errors import InvalidArgument, NotFound, ToolError
 from kernel.workspace import Workspace
-from tools.ls import shown_name
 from tools.search import paging
 from tools.search.grep import MAX_SOURCE_ANCHORS, Guard, ignore_files_above, rg_binary
 from tools.search.grep_local import beneath_of, is_local
 from tools.search.grep_rg import RipgrepEngine
 from tools.search.ignore import IgnoreRules, WalkReport, compile_glob, walk
+from tools.shown_names import shown_name
 
 SORTS = ("backend", "path")
 

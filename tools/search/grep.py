@@ -25,10 +25,10 @@ from typing import Any, Protocol
 
 from kernel.errors import Cancelled, InvalidArgument, NotFound, Timeout, ToolError, Unsupported
 from kernel.workspace import Workspace
-from tools.ls import shown_name
 from tools.search import paging
 from tools.search.dialect import Dialect, translate
 from tools.search.ignore import IGNORE_FILES, GlobPattern, IgnoreRules, compile_glob
+from tools.shown_names import shown_name
 
 MAX_CONTENT_OUTPUT_BYTES = 100 * 1024
 MAX_LINE_BYTES = 1000

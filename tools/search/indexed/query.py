@@ -25,7 +25,6 @@ from typing import Any
 
 from kernel.errors import ToolError
 from kernel.workspace import Workspace
-from tools.ls import shown_name
 from tools.search import bm25
 from tools.search.bm25_mode import MAX_RESULTS_PER_FILE, _cut
 from tools.search.grep_py import decode_text
@@ -33,6 +32,7 @@ from tools.search.indexed import schema as sch
 from tools.search.indexed import store
 from tools.search.indexed.build import MAX_FILE_BYTES, digest
 from tools.search.indexed.files import Reader, Unreadable
+from tools.shown_names import shown_name
 
 FIRST_FETCH = 64  # hits fetched on the first try; grows ×4 while filters leave too few
 MAX_FETCH = 20_000

@@ -26,7 +26,6 @@ from kernel.context import ToolContext
 from kernel.errors import InvalidArgument, NotFound, ToolError
 from kernel.result import ToolResult
 from kernel.workspace import Workspace
-from tools.ls import shown_name
 from tools.search import bm25, bm25_mode, grep
 from tools.search.grep_py import decode_text
 from tools.search.ignore import compile_glob
@@ -36,6 +35,7 @@ from tools.search.retrieval import hybrid
 from tools.search.retrieval.config import config_from_services, make_embedder
 from tools.search.retrieval.embed_cache import open_cache
 from tools.search.retrieval.index import RetrievalIndex
+from tools.shown_names import shown_name
 
 NAME = "search"
 SESSION_KEY = "retrieval"
