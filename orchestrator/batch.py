@@ -152,6 +152,13 @@ def _row(job: Job, result: ToolResult, started: float) -> dict[str, Any]:
     )
 
 
+def _job_failed(job: Job, err: Exception) -> ToolResult:
+    """The failed result of a job that raised; an untyped exception is a bug, logged with its traceback."""
+    if not isinstance(err, ToolError):
+        log.exception("batch job %s failed", job.id)
+    return ToolResult.failure("agent", error_from_exception(err, "agent"))
+
+
 class _Embedded:
     """Each job a session of this process; ``concurrency`` jobs at a time on the agent's loop."""
 
@@ -206,9 +213,7 @@ class _Embedded:
                         else ToolResult.failure("agent", InvalidArgument("the run suspended embedded"))
                     )
                 except Exception as err:  # a bug in one job is that job's failure, never the batch's
-                    if not isinstance(err, ToolError):
-                        log.exception("batch job %s failed", job.id)
-                    result = ToolResult.failure("agent", error_from_exception(err, "agent"))
+                    result = _job_failed(job, err)
                 result.metadata.setdefault("agent_run", {}).setdefault("session_id", session.id)
             finally:
                 self.agent.release(session)
@@ -272,10 +277,8 @@ class _Fleet:
                         result = await runner.run_branch(
                             batch_id, index, Branch("agent", body, f"job {job.id}")
                         )
-                    except Exception as err:  # as embedded: one job's failure, never the batch's
-                        if not isinstance(err, ToolError):
-                            log.exception("batch job %s failed", job.id)
-                        result = ToolResult.failure("agent", error_from_exception(err, "agent"))
+                    except Exception as err:  # as embedded
+                        result = _job_failed(job, err)
                 finally:
                     state.running -= 1
                 result.metadata.setdefault("agent_run", {}).setdefault("session_id", snapshot["session_id"])
